@@ -1,0 +1,130 @@
+#include "fetch/local_model.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <system_error>
+
+#include "fetch/local_file.h"
+#include "format/error.h"
+
+namespace aprfs {
+namespace {
+
+namespace fs = std::filesystem;
+
+// JSON side files bigger than this are refused rather than loaded into the daemon.
+constexpr uint64_t kMaxJsonFile = 256ull << 20;
+
+bool IsFile(const fs::path& path) {
+  std::error_code ec;
+  return fs::is_regular_file(path, ec);  // follows symlinks
+}
+
+bool EndsWith(std::string_view text, std::string_view suffix) {
+  return text.size() >= suffix.size() && text.substr(text.size() - suffix.size()) == suffix;
+}
+
+std::vector<std::string> AllSafetensorsIn(const fs::path& dir) {
+  std::vector<std::string> files;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    std::string name = entry.path().filename().string();
+    if (EndsWith(name, ".safetensors") && IsFile(entry.path())) files.push_back(name);
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+Shard ReadShard(const fs::path& dir, const std::string& file,
+                std::shared_ptr<LocalFile>& opened) {
+  fs::path path = dir / file;
+  try {
+    opened = LocalFile::Open(path.string());
+  } catch (const std::system_error& e) {
+    throw FormatError("shard '" + file + "' cannot be opened (" + e.code().message() + "): " +
+                      path.string());
+  }
+  Shard shard;
+  shard.file = file;
+  shard.size = opened->size();
+  std::string prefix(8, '\0');
+  size_t prefix_len = std::min<uint64_t>(8, shard.size);
+  if (opened->Read(0, prefix_len, prefix.data()) != 0) {
+    throw FormatError(path.string() + ": cannot read the header length");
+  }
+  prefix.resize(prefix_len);
+  uint64_t header_len = ParseSafetensorsHeaderLength(prefix, shard.size, path.string());
+  std::string header(header_len, '\0');
+  if (opened->Read(8, header_len, header.data()) != 0) {
+    throw FormatError(path.string() + ": cannot read the header");
+  }
+  shard.header = ParseSafetensorsHeader(header, shard.size, path.string());
+  return shard;
+}
+
+}  // namespace
+
+std::string ReadSmallFile(const std::string& path, uint64_t max_bytes) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw FormatError(path + ": cannot be read");
+  in.seekg(0, std::ios::end);
+  auto size = static_cast<uint64_t>(in.tellg());
+  if (size > max_bytes) {
+    throw FormatError(path + ": " + std::to_string(size) + " bytes, more than the " +
+                      std::to_string(max_bytes) + " allowed for this file");
+  }
+  std::string text(size, '\0');
+  in.seekg(0);
+  in.read(text.data(), static_cast<std::streamsize>(size));
+  if (!in) throw FormatError(path + ": read failed");
+  return text;
+}
+
+bool FolderHasSafetensors(const std::string& dir) {
+  return IsFile(fs::path(dir) / kWeightIndexFile) || !AllSafetensorsIn(dir).empty();
+}
+
+LoadedModel LoadLocalModel(const std::string& dir, const std::string& name,
+                           const std::optional<std::string>& source_uri) {
+  LoadedModel model;
+  model.set.name = name;
+  model.set.source = source_uri;
+  fs::path folder(dir);
+
+  std::vector<std::string> shard_files;
+  fs::path index_path = folder / kWeightIndexFile;
+  if (IsFile(index_path)) {
+    model.set.index =
+        ParseWeightIndex(ReadSmallFile(index_path.string(), kMaxJsonFile), index_path.string());
+    shard_files = model.set.index->shard_files;
+  } else if (IsFile(folder / kSingleShardFile)) {
+    shard_files = {std::string(kSingleShardFile)};
+  } else {
+    shard_files = AllSafetensorsIn(folder);
+  }
+  if (shard_files.empty()) throw FormatError(dir + ": no safetensors files");
+
+  for (const std::string& file : shard_files) {
+    std::shared_ptr<LocalFile> opened;
+    model.set.shards.push_back(ReadShard(folder, file, opened));
+    model.sources.push_back(std::move(opened));
+  }
+  fs::path config_path = folder / "config.json";
+  if (IsFile(config_path)) {
+    model.set.config =
+        ParseModelConfig(ReadSmallFile(config_path.string(), kMaxJsonFile), config_path.string());
+  }
+  fs::path tokenizer_path = folder / "tokenizer.json";
+  if (IsFile(tokenizer_path)) {
+    model.set.tokenizer =
+        ParseTokenizerJson(ReadSmallFile(tokenizer_path.string(), kMaxJsonFile),
+                           model.set.config.value_or(DefaultModelConfig()),
+                           tokenizer_path.string());
+  }
+  return model;
+}
+
+}  // namespace aprfs

@@ -1,0 +1,32 @@
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "fetch/byte_source.h"
+#include "format/shard_set.h"
+
+namespace aprfs {
+
+// A model read from a local folder: its shard set (headers, config, tokenizer) and one open
+// source per shard, in the same order.
+struct LoadedModel {
+  ShardSet set;
+  std::vector<std::shared_ptr<ByteSource>> sources;
+};
+
+// Which files of a folder make a model: the index's shards, else model.safetensors, else every
+// *.safetensors (sorted). Empty when the folder holds no safetensors.
+bool FolderHasSafetensors(const std::string& dir);
+
+// Reads the shard headers and the small JSON files of the model in `dir` (symlinks followed,
+// as in the HF cache). Throws FormatError or std::system_error naming the file and the rule.
+LoadedModel LoadLocalModel(const std::string& dir, const std::string& name,
+                           const std::optional<std::string>& source_uri);
+
+// Reads a whole small file (config.json, tokenizer.json...); refuses files above `max_bytes`.
+std::string ReadSmallFile(const std::string& path, uint64_t max_bytes);
+
+}  // namespace aprfs

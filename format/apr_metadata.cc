@@ -1,0 +1,97 @@
+#include "format/apr_metadata.h"
+
+#include "format/json_spelling.h"
+
+namespace aprfs {
+namespace {
+
+class ObjectWriter {
+ public:
+  explicit ObjectWriter(std::string& out) : out_(out) { out_ += '{'; }
+  ~ObjectWriter() { out_ += '}'; }
+
+  void String(const char* key, const std::string& value) {
+    Key(key);
+    AppendJsonString(out_, value);
+  }
+  void OptString(const char* key, const std::optional<std::string>& value) {
+    if (value) String(key, *value);
+  }
+  void NullableString(const char* key, const std::optional<std::string>& value) {
+    if (value) {
+      String(key, *value);
+    } else {
+      Key(key);
+      out_ += "null";
+    }
+  }
+  void Unsigned(const char* key, uint64_t value) {
+    Key(key);
+    out_ += std::to_string(value);
+  }
+  template <typename Int>
+  void OptUnsigned(const char* key, const std::optional<Int>& value) {
+    if (value) Unsigned(key, *value);
+  }
+  void OptF32(const char* key, const std::optional<float>& value) {
+    if (!value) return;
+    Key(key);
+    AppendJsonF32(out_, *value);
+  }
+  void Raw(const std::string& key, const std::string& json_text) {
+    Key(key);
+    out_ += json_text;
+  }
+
+ private:
+  void Key(std::string_view key) {
+    if (!first_) out_ += ',';
+    first_ = false;
+    AppendJsonString(out_, key);
+    out_ += ':';
+  }
+
+  std::string& out_;
+  bool first_ = true;
+};
+
+}  // namespace
+
+std::string SerializeAprMetadata(const AprMetadata& m) {
+  std::string out;
+  {
+    ObjectWriter w(out);
+    // Field order of AprV2Metadata (newest writer); unset optional fields are omitted except
+    // license, data_source and data_license, which are always written (null when unset).
+    w.String("model_type", m.model_type);
+    w.OptString("name", m.name);
+    w.NullableString("license", m.license);
+    w.NullableString("data_source", std::nullopt);
+    w.NullableString("data_license", std::nullopt);
+    w.OptString("source", m.source);
+    w.OptString("original_format", m.original_format);
+    w.Unsigned("total_size", m.total_size);
+    w.Unsigned("param_count", m.param_count);
+    w.OptString("architecture", m.architecture);
+    w.OptString("hf_architecture", m.hf_architecture);
+    w.OptString("hf_model_type", m.hf_model_type);
+    w.OptUnsigned("hidden_size", m.hidden_size);
+    w.OptUnsigned("num_layers", m.num_layers);
+    w.OptUnsigned("num_heads", m.num_heads);
+    w.OptUnsigned("num_kv_heads", m.num_kv_heads);
+    w.OptUnsigned("vocab_size", m.vocab_size);
+    w.OptUnsigned("intermediate_size", m.intermediate_size);
+    w.OptUnsigned("max_position_embeddings", m.max_position_embeddings);
+    w.OptF32("rope_theta", m.rope_theta);
+    w.OptUnsigned("rope_type", m.rope_type);
+    w.OptF32("rms_norm_eps", m.rms_norm_eps);
+    w.OptUnsigned("head_dim", m.head_dim);
+    w.OptUnsigned("num_experts", m.num_experts);
+    w.OptUnsigned("num_experts_per_tok", m.num_experts_per_tok);
+    w.OptUnsigned("moe_intermediate_size", m.moe_intermediate_size);
+    for (const auto& [key, text] : m.custom) w.Raw(key, text);
+  }
+  return out;
+}
+
+}  // namespace aprfs

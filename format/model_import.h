@@ -1,0 +1,30 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "format/apr_metadata.h"
+#include "format/apr_plan.h"
+#include "format/shard_set.h"
+
+namespace aprfs {
+
+// A model turned into the APR file aprender's importer would write, without copying a byte:
+// the plan refers to shard k's bytes as source k (the index in ShardSet::shards).
+struct ImportedModel {
+  AprPlan plan;
+  uint64_t param_count = 0;
+  bool tied_lm_head = false;  // lm_head.weight was added as a view of the embedding
+};
+
+// Checks the set (CheckShardSet), maps each dtype to its APR code, lays the data out in shard
+// order, adds a tied lm_head.weight when the model has none, and fills the metadata as
+// aprender's importer does, plus the embedded tokenizer. Throws FormatError naming the model,
+// the file, the tensor and the rule.
+ImportedModel ImportShardSet(const ShardSet& set);
+
+// The metadata alone (exposed for tests and `aprfs inspect`).
+AprMetadata ImportMetadata(const ShardSet& set, uint64_t param_count, bool tied_lm_head,
+                           const std::map<std::string, std::vector<uint64_t>>& shapes);
+
+}  // namespace aprfs

@@ -1,0 +1,91 @@
+#include "format/shard_set.h"
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "format/error.h"
+
+namespace aprfs {
+namespace {
+
+using nlohmann::json;
+
+// A weight_map value must name a file inside the model folder.
+void CheckShardPath(const std::string& path, const std::string& tensor, std::string_view file) {
+  auto fail = [&](const char* rule) {
+    throw FormatError(std::string(file) + ": tensor '" + tensor + "' maps to shard '" + path +
+                      "': " + rule);
+  };
+  if (path.empty()) fail("shard name is empty");
+  if (path.front() == '/') fail("shard path is absolute; it must be relative to the model folder");
+  if (path.find('\\') != std::string::npos || path.find('\0') != std::string::npos) {
+    fail("shard path contains a backslash or NUL byte");
+  }
+  size_t start = 0;
+  while (start <= path.size()) {
+    size_t end = path.find('/', start);
+    if (end == std::string::npos) end = path.size();
+    std::string_view segment(path.data() + start, end - start);
+    if (segment == "..") fail("shard path contains '..'; it must stay inside the model folder");
+    if (segment.empty() || segment == ".") fail("shard path has an empty or '.' segment");
+    start = end + 1;
+  }
+}
+
+}  // namespace
+
+WeightIndex ParseWeightIndex(std::string_view text, std::string_view file) {
+  json root;
+  try {
+    root = json::parse(text);
+  } catch (const json::exception& e) {
+    throw FormatError(std::string(file) + ": not valid JSON: " + e.what());
+  }
+  if (!root.is_object()) throw FormatError(std::string(file) + ": must be a JSON object");
+  auto map = root.find("weight_map");
+  if (map == root.end() || !map->is_object()) {
+    throw FormatError(std::string(file) + ": has no \"weight_map\" object");
+  }
+  WeightIndex index;
+  std::set<std::string> shard_files;
+  for (const auto& [tensor, shard] : map->items()) {
+    if (!shard.is_string()) {
+      throw FormatError(std::string(file) + ": weight_map value of tensor '" + tensor +
+                        "' must be a file name string");
+    }
+    const std::string& path = shard.get_ref<const std::string&>();
+    CheckShardPath(path, tensor, file);
+    index.weight_map[tensor] = path;
+    shard_files.insert(path);
+  }
+  if (index.weight_map.empty()) throw FormatError(std::string(file) + ": weight_map is empty");
+  index.shard_files.assign(shard_files.begin(), shard_files.end());
+  return index;
+}
+
+void CheckShardSet(const ShardSet& set) {
+  std::unordered_map<std::string_view, const std::string*> owner;  // tensor -> shard file
+  for (const Shard& shard : set.shards) {
+    for (const SafetensorsTensor& tensor : shard.header.tensors) {
+      auto [it, inserted] = owner.emplace(tensor.name, &shard.file);
+      if (!inserted) {
+        throw FormatError("tensor '" + tensor.name + "' is in both '" + *it->second + "' and '" +
+                          shard.file + "'; a tensor must live in exactly one shard");
+      }
+    }
+  }
+  if (!set.index) return;
+  for (const auto& [tensor, shard_file] : set.index->weight_map) {
+    auto it = owner.find(tensor);
+    if (it == owner.end() || *it->second != shard_file) {
+      throw FormatError(std::string(kWeightIndexFile) + ": tensor '" + tensor +
+                        "' is mapped to '" + shard_file + "' but that shard has no such tensor" +
+                        (it == owner.end() ? "" : " (it is in '" + *it->second + "')"));
+    }
+  }
+}
+
+}  // namespace aprfs

@@ -1,0 +1,228 @@
+#include "fs/catalog.h"
+
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "fetch/hf_cache.h"
+#include "fetch/local_file.h"
+#include "fetch/local_model.h"
+#include "format/model_import.h"
+
+namespace aprfs {
+namespace {
+
+namespace fs = std::filesystem;
+
+bool Relevant(const std::string& name) {
+  auto ends = [&](std::string_view s) {
+    return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
+  };
+  return ends(".safetensors") || ends(".json");
+}
+
+std::vector<ModelRef> FromHfCache(const std::string& cache_dir) {
+  std::vector<ModelRef> refs;
+  for (const CachedRepo& repo : ListCachedModels(cache_dir)) {
+    if (repo.problem.empty() && !FolderHasSafetensors(repo.snapshot_dir)) continue;
+    ModelRef ref;
+    ref.key = "hf:" + repo.repo_id;
+    size_t slash = repo.repo_id.find('/');
+    if (slash == std::string::npos) {
+      ref.name = repo.repo_id;
+    } else {
+      ref.org = repo.repo_id.substr(0, slash);
+      ref.name = repo.repo_id.substr(slash + 1);
+    }
+    ref.dir = repo.snapshot_dir;
+    ref.source_uri = "hf://" + repo.repo_id;
+    ref.problem = repo.problem;
+    refs.push_back(std::move(ref));
+  }
+  return refs;
+}
+
+ModelRef FromFolder(const fs::path& dir) {
+  ModelRef ref;
+  ref.key = "dir:" + dir.string();
+  ref.name = dir.filename().string();
+  ref.dir = dir.string();
+  ref.source_uri = "file://" + dir.string();
+  ref.from_source_option = true;
+  return ref;
+}
+
+std::vector<ModelRef> FromSourceOption(const std::string& option) {
+  std::error_code ec;
+  fs::path dir = fs::weakly_canonical(fs::absolute(option, ec), ec);
+  if (!fs::is_directory(dir, ec)) {
+    spdlog::warn("--source {}: not a folder", option);
+    return {};
+  }
+  if (FolderHasSafetensors(dir.string())) return {FromFolder(dir)};
+  std::vector<ModelRef> refs;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    std::string name = entry.path().filename().string();
+    if (name.empty() || name[0] == '.' || !entry.is_directory(ec)) continue;
+    if (FolderHasSafetensors(entry.path().string())) refs.push_back(FromFolder(entry.path()));
+  }
+  std::sort(refs.begin(), refs.end(),
+            [](const ModelRef& a, const ModelRef& b) { return a.key < b.key; });
+  return refs;
+}
+
+int64_t NewestMtime(const VirtualFile& file) {
+  int64_t newest = 0;
+  for (const auto& source : file.sources()) {
+    if (auto* local = dynamic_cast<const LocalFile*>(source.get())) {
+      newest = std::max(newest, local->identity().mtime_ns);
+    }
+  }
+  return newest;
+}
+
+}  // namespace
+
+std::string FolderFingerprint(const std::string& dir) {
+  std::vector<std::string> parts;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    std::string name = entry.path().filename().string();
+    if (!Relevant(name)) continue;
+    struct stat st;
+    if (::stat(entry.path().c_str(), &st) != 0) {  // follows the snapshot symlinks
+      parts.push_back(name + ":missing");
+      continue;
+    }
+    FileIdentity id = IdentityOf(st);
+    parts.push_back(name + ":" + std::to_string(id.inode) + ":" + std::to_string(id.size) + ":" +
+                    std::to_string(id.mtime_ns));
+  }
+  std::sort(parts.begin(), parts.end());
+  std::string fingerprint;
+  for (const std::string& part : parts) fingerprint += part + "\n";
+  return fingerprint;
+}
+
+Catalog::Catalog(CatalogOptions options) : options_(std::move(options)) {}
+
+std::vector<ModelRef> Catalog::Discover() const {
+  std::vector<ModelRef> refs;
+  for (const std::string& source : options_.sources) {
+    for (ModelRef& ref : FromSourceOption(source)) refs.push_back(std::move(ref));
+  }
+  if (options_.hf_cache) {
+    for (ModelRef& ref : FromHfCache(*options_.hf_cache)) refs.push_back(std::move(ref));
+  }
+  return refs;
+}
+
+std::shared_ptr<const Catalog::Listing> Catalog::Scan(bool force) {
+  std::lock_guard lock(mu_);
+  auto now = std::chrono::steady_clock::now();
+  if (listing_ && !force && now - last_scan_ < options_.rescan_interval) return listing_;
+  last_scan_ = now;
+
+  std::vector<ModelRef> refs = Discover();
+  std::map<std::string, std::vector<const ModelRef*>> by_name;
+  std::map<std::string, std::shared_ptr<Slot>> slots;
+  for (const ModelRef& ref : refs) {
+    if (slots.count(ref.key)) continue;  // the same folder named twice
+    // A slot lives as long as its key names the same folder and problem; its `ref` is
+    // never written after creation, so builders may read it without this lock.
+    auto old = slots_.find(ref.key);
+    std::shared_ptr<Slot> slot;
+    if (old != slots_.end() && old->second->ref.dir == ref.dir &&
+        old->second->ref.problem == ref.problem) {
+      slot = old->second;
+    } else {
+      slot = std::make_shared<Slot>();
+      slot->ref = ref;
+    }
+    slots[ref.key] = slot;
+    by_name[ref.name].push_back(&slot->ref);
+  }
+  auto listing = std::make_shared<Listing>();
+  for (const auto& [name, claimants] : by_name) {
+    const ModelRef* winner = claimants.size() == 1 ? claimants[0] : nullptr;
+    if (!winner) {
+      for (const ModelRef* ref : claimants) {
+        if (ref->from_source_option) {
+          winner = ref;
+          break;
+        }
+      }
+    }
+    if (winner) listing->top_files[name + ".apr"] = winner->key;
+    for (const ModelRef* ref : claimants) {
+      if (ref->org) listing->org_files[*ref->org][name + ".apr"] = ref->key;
+    }
+  }
+  slots_ = std::move(slots);
+  listing_ = listing;
+  return listing_;
+}
+
+std::shared_ptr<const BuiltModel> Catalog::Build(const ModelRef& ref, uint64_t file_id) const {
+  auto built = std::make_shared<BuiltModel>();
+  built->ref = ref;
+  built->file_id = file_id;
+  if (!ref.problem.empty()) {
+    built->error = ref.problem;
+    return built;
+  }
+  try {
+    LoadedModel loaded = LoadLocalModel(ref.dir, ref.name, ref.source_uri);
+    ImportedModel imported = ImportShardSet(loaded.set);
+    built->shard_count = loaded.sources.size();
+    built->file = std::make_shared<VirtualFile>(ref.name + ".apr", std::move(imported.plan),
+                                                std::move(loaded.sources));
+    built->mtime_ns = NewestMtime(*built->file);
+    spdlog::info("{}: {} tensors from {} shards, {} bytes", ref.key,
+                 built->file->plan().tensor_count, built->shard_count, built->file->size());
+  } catch (const std::exception& e) {
+    built->error = e.what();
+    spdlog::warn("{}: not shown: {}", ref.key, built->error);
+  }
+  return built;
+}
+
+std::shared_ptr<const BuiltModel> Catalog::Get(const std::string& key) {
+  std::shared_ptr<Slot> slot;
+  {
+    std::lock_guard lock(mu_);
+    auto it = slots_.find(key);
+    if (it == slots_.end()) return nullptr;
+    slot = it->second;
+  }
+  std::lock_guard build_lock(slot->build_mu);
+  std::string fingerprint = FolderFingerprint(slot->ref.dir) + slot->ref.problem;
+  if (!slot->built || fingerprint != slot->built_fingerprint) {
+    uint64_t file_id;
+    {
+      std::lock_guard lock(mu_);
+      file_id = next_file_id_++;
+    }
+    slot->built = Build(slot->ref, file_id);
+    slot->built_fingerprint = fingerprint;
+  }
+  return slot->built;
+}
+
+std::vector<std::shared_ptr<const BuiltModel>> Catalog::All() {
+  std::shared_ptr<const Listing> listing = Scan(true);
+  std::vector<std::string> keys;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [key, slot] : slots_) keys.push_back(key);
+  }
+  std::vector<std::shared_ptr<const BuiltModel>> models;
+  for (const std::string& key : keys) {
+    if (auto model = Get(key)) models.push_back(model);
+  }
+  return models;
+}
+
+}  // namespace aprfs

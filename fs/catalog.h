@@ -1,0 +1,89 @@
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "fs/virtual_file.h"
+
+namespace aprfs {
+
+// Where models come from.
+struct CatalogOptions {
+  std::optional<std::string> hf_cache;  // nullopt: no HF cache
+  std::vector<std::string> sources;     // --source folders
+  // How long a scan of the sources stays fresh before a lookup or a listing rescans them.
+  std::chrono::milliseconds rescan_interval{1000};
+};
+
+// One model the sources offer, before its plan is built.
+struct ModelRef {
+  std::string key;                  // unique: "hf:microsoft/phi-4" or "dir:/abs/path"
+  std::string name;                 // "phi-4"
+  std::optional<std::string> org;   // "microsoft" for hub repos with a namespace
+  std::string dir;                  // folder holding the shards (snapshot or --source)
+  std::optional<std::string> source_uri;
+  std::string problem;              // non-empty when the repo cannot even be tried
+  bool from_source_option = false;  // an explicit --source wins a short name
+};
+
+// A model whose plan was built, or the reason it was rejected.
+struct BuiltModel {
+  ModelRef ref;
+  std::shared_ptr<VirtualFile> file;  // null when rejected
+  std::string error;
+  uint64_t file_id = 0;               // changes whenever the model's files change
+  int64_t mtime_ns = 0;               // newest mtime of the shards
+  size_t shard_count = 0;
+};
+
+// The models the sources hold, under the names of design.md ("phi-4.apr" and
+// "microsoft/phi-4.apr"; short names shared by two repos are only shown under their org).
+// Plans are built on first use and rebuilt when a model's files change.
+class Catalog {
+ public:
+  explicit Catalog(CatalogOptions options);
+
+  // File names at the top level ("phi-4.apr") and folders ("microsoft") -> model keys.
+  struct Listing {
+    std::map<std::string, std::string> top_files;
+    std::map<std::string, std::map<std::string, std::string>> org_files;
+  };
+  // The current listing, rescanning the sources if the last scan is older than the interval.
+  std::shared_ptr<const Listing> Scan(bool force = false);
+
+  // The model behind `key`, built (or rebuilt after a change) on demand.
+  std::shared_ptr<const BuiltModel> Get(const std::string& key);
+
+  // Every model with its state, for `aprfs ls`. Builds every plan.
+  std::vector<std::shared_ptr<const BuiltModel>> All();
+
+ private:
+  struct Slot {
+    ModelRef ref;
+    std::mutex build_mu;
+    std::shared_ptr<const BuiltModel> built;
+    std::string built_fingerprint;
+  };
+
+  std::vector<ModelRef> Discover() const;
+  std::shared_ptr<const BuiltModel> Build(const ModelRef& ref, uint64_t file_id) const;
+
+  const CatalogOptions options_;
+  std::mutex mu_;
+  std::chrono::steady_clock::time_point last_scan_{};
+  std::shared_ptr<const Listing> listing_;
+  std::map<std::string, std::shared_ptr<Slot>> slots_;
+  uint64_t next_file_id_ = 2;  // 1 is the root in the FUSE namespace
+};
+
+// A fingerprint of the files a model is built from (names, sizes, mtimes, inodes): when it
+// changes, the plan is rebuilt.
+std::string FolderFingerprint(const std::string& dir);
+
+}  // namespace aprfs

@@ -1,0 +1,53 @@
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+namespace aprfs {
+
+// Reads [offset, offset+length) of the file being checksummed into dst; returns 0 or an errno.
+using RangeReader = std::function<int(uint64_t offset, size_t length, char* dst)>;
+// Polled during long work; true means give up (the FUSE request was interrupted).
+using CancelCheck = std::function<bool()>;
+
+// The APR footer is the CRC32 of every byte before it. Computing it on demand would mean a full
+// pass over the model, so it is built up from the reads that happen anyway: the file is cut into
+// fixed blocks and each block keeps the CRC of its longest prefix read so far. A sequential `cp`
+// therefore reaches the footer with the CRC known; a footer read before that only reads the
+// parts no one has read yet, and the result is kept.
+class FooterCrc {
+ public:
+  explicit FooterCrc(uint64_t covered_length);
+
+  // Bytes just served at `offset` (the part beyond covered_length is ignored).
+  void Observe(uint64_t offset, std::string_view bytes);
+  // The CRC of [0, covered_length): known, or completed by reading what is missing.
+  // Returns 0 or an errno (EINTR when cancelled; progress made so far is kept).
+  int Compute(const RangeReader& read, const CancelCheck& cancelled, uint32_t* crc);
+  std::optional<uint32_t> Known() const;
+  // Bytes whose CRC is already known (for status and tests).
+  uint64_t ObservedBytes() const;
+
+  static constexpr uint64_t kBlockSize = 4 << 20;
+
+ private:
+  struct Block {
+    uint32_t covered = 0;  // bytes from the block start whose CRC is in `crc`
+    uint32_t crc = 0;
+  };
+  uint64_t BlockLength(size_t index) const;
+  // Extends block `index` with `bytes` if they start exactly where its prefix ends.
+  void Extend(size_t index, uint64_t start_in_block, std::string_view bytes);
+
+  const uint64_t length_;
+  mutable std::mutex mu_;
+  std::vector<Block> blocks_;
+  std::optional<uint32_t> result_;
+  std::mutex compute_mu_;  // one full computation at a time
+};
+
+}  // namespace aprfs

@@ -1,0 +1,228 @@
+// The thin layer between the kernel and the Namespace: each callback translates one FUSE
+// request into a Namespace or VirtualFile call and replies.
+#define FUSE_USE_VERSION 314
+#include "fs/fuse_adapter.h"
+
+#include <fuse_lowlevel.h>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
+#include <memory>
+
+namespace aprfs {
+namespace {
+
+// Files never change under an inode (a changed model gets a new inode), so their attributes
+// can be cached long. Names map to inodes for a short time so changes show up quickly.
+constexpr double kFileAttrTimeout = 3600;
+constexpr double kEntryTimeout = 1;
+constexpr double kDirAttrTimeout = 1;
+
+Namespace& Ns(fuse_req_t req) { return *static_cast<Namespace*>(fuse_req_userdata(req)); }
+
+struct stat ToStat(const Namespace::Attr& attr) {
+  struct stat st {};
+  st.st_ino = attr.inode;
+  st.st_mode = attr.is_dir ? (S_IFDIR | 0555) : (S_IFREG | 0444);
+  st.st_nlink = attr.is_dir ? 2 : 1;
+  st.st_size = static_cast<off_t>(attr.size);
+  st.st_blksize = 1 << 20;  // invites large reads
+  st.st_blocks = static_cast<blkcnt_t>((attr.size + 511) / 512);
+  st.st_mtim.tv_sec = attr.mtime_ns / 1'000'000'000;
+  st.st_mtim.tv_nsec = attr.mtime_ns % 1'000'000'000;
+  st.st_ctim = st.st_mtim;
+  st.st_atim = st.st_mtim;
+  return st;
+}
+
+double AttrTimeout(const Namespace::Attr& attr) {
+  return attr.is_dir ? kDirAttrTimeout : kFileAttrTimeout;
+}
+
+void OnInit(void* /*userdata*/, struct fuse_conn_info* conn) {
+  // More requests in flight lets the kernel's readahead overlap with our reads.
+  conn->max_background = 64;
+  conn->congestion_threshold = 48;
+}
+
+void OnLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  std::optional<Namespace::Attr> attr = Ns(req).Lookup(parent, name);
+  if (!attr) {
+    fuse_reply_err(req, ENOENT);
+    return;
+  }
+  fuse_entry_param entry{};
+  entry.ino = attr->inode;
+  entry.attr = ToStat(*attr);
+  entry.attr_timeout = AttrTimeout(*attr);
+  entry.entry_timeout = kEntryTimeout;
+  if (fuse_reply_entry(req, &entry) != 0 && !attr->is_dir) Ns(req).Forget(attr->inode, 1);
+}
+
+void OnForget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup) {
+  Ns(req).Forget(ino, nlookup);
+  fuse_reply_none(req);
+}
+
+void OnForgetMulti(fuse_req_t req, size_t count, struct fuse_forget_data* forgets) {
+  for (size_t i = 0; i < count; ++i) Ns(req).Forget(forgets[i].ino, forgets[i].nlookup);
+  fuse_reply_none(req);
+}
+
+void OnGetattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* /*fi*/) {
+  std::optional<Namespace::Attr> attr = Ns(req).GetAttr(ino);
+  if (!attr) {
+    fuse_reply_err(req, ENOENT);
+    return;
+  }
+  struct stat st = ToStat(*attr);
+  fuse_reply_attr(req, &st, AttrTimeout(*attr));
+}
+
+void OnReaddir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset,
+               struct fuse_file_info* /*fi*/) {
+  std::optional<std::vector<Namespace::Entry>> entries = Ns(req).List(ino);
+  if (!entries) {
+    fuse_reply_err(req, ENOTDIR);
+    return;
+  }
+  // Offsets are positions in this list: ".", "..", then the entries.
+  std::vector<char> buffer(size);
+  size_t used = 0;
+  auto add = [&](const std::string& name, const struct stat& st, off_t next) {
+    size_t need = fuse_add_direntry(req, buffer.data() + used, size - used, name.c_str(), &st, next);
+    if (need > size - used) return false;
+    used += need;
+    return true;
+  };
+  struct stat dir_st {};
+  dir_st.st_mode = S_IFDIR;
+  off_t position = 0;
+  for (const char* dot : {".", ".."}) {
+    if (position++ >= offset && !add(dot, dir_st, position)) break;
+  }
+  for (const Namespace::Entry& entry : *entries) {
+    if (position++ < offset) continue;
+    if (!add(entry.name, ToStat(entry.attr), position)) break;
+  }
+  fuse_reply_buf(req, buffer.data(), used);
+}
+
+void OnOpen(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
+  if ((fi->flags & O_ACCMODE) != O_RDONLY) {
+    fuse_reply_err(req, EROFS);
+    return;
+  }
+  std::shared_ptr<VirtualFile> file = Ns(req).Open(ino);
+  if (!file) {
+    fuse_reply_err(req, ENOENT);
+    return;
+  }
+  fi->keep_cache = 1;  // the content behind an inode never changes
+  fi->fh = reinterpret_cast<uint64_t>(new std::shared_ptr<VirtualFile>(std::move(file)));
+  if (fuse_reply_open(req, fi) != 0) {
+    delete reinterpret_cast<std::shared_ptr<VirtualFile>*>(fi->fh);
+  }
+}
+
+void OnRead(fuse_req_t req, fuse_ino_t /*ino*/, size_t size, off_t offset,
+            struct fuse_file_info* fi) {
+  VirtualFile& file = **reinterpret_cast<std::shared_ptr<VirtualFile>*>(fi->fh);
+  // One buffer per worker thread, reused: memory stays bounded by threads x max request.
+  thread_local std::unique_ptr<char[]> buffer;
+  thread_local size_t capacity = 0;
+  if (capacity < size) {
+    buffer.reset(new char[size]);
+    capacity = size;
+  }
+  ssize_t n = file.Read(static_cast<uint64_t>(offset), size, buffer.get(),
+                        [req] { return fuse_req_interrupted(req) != 0; });
+  if (n < 0) {
+    fuse_reply_err(req, static_cast<int>(-n));
+  } else {
+    fuse_reply_buf(req, buffer.get(), static_cast<size_t>(n));
+  }
+}
+
+void OnRelease(fuse_req_t req, fuse_ino_t /*ino*/, struct fuse_file_info* fi) {
+  delete reinterpret_cast<std::shared_ptr<VirtualFile>*>(fi->fh);
+  fuse_reply_err(req, 0);
+}
+
+void OnOpendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
+  if (!Ns(req).GetAttr(ino)) {
+    fuse_reply_err(req, ENOENT);
+    return;
+  }
+  fuse_reply_open(req, fi);
+}
+
+void OnStatfs(fuse_req_t req, fuse_ino_t /*ino*/) {
+  struct statvfs st {};
+  st.f_bsize = 4096;
+  st.f_frsize = 4096;
+  st.f_namemax = 255;
+  fuse_reply_statfs(req, &st);
+}
+
+const fuse_lowlevel_ops kOps = [] {
+  fuse_lowlevel_ops ops{};
+  ops.init = OnInit;
+  ops.lookup = OnLookup;
+  ops.forget = OnForget;
+  ops.forget_multi = OnForgetMulti;
+  ops.getattr = OnGetattr;
+  ops.open = OnOpen;
+  ops.read = OnRead;
+  ops.release = OnRelease;
+  ops.opendir = OnOpendir;
+  ops.readdir = OnReaddir;
+  ops.statfs = OnStatfs;
+  return ops;
+}();
+
+}  // namespace
+
+int ServeFuse(Namespace& ns, const FuseMountOptions& options,
+              const std::function<void(bool ok, const std::string& message)>& ready) {
+  std::vector<std::string> args = {"aprfs", "-o", "ro,default_permissions,fsname=aprfs,subtype=aprfs"};
+  for (const std::string& option : options.fuse_options) {
+    args.push_back("-o");
+    args.push_back(option);
+  }
+  std::vector<char*> argv;
+  for (std::string& arg : args) argv.push_back(arg.data());
+  fuse_args fargs = FUSE_ARGS_INIT(static_cast<int>(argv.size()), argv.data());
+
+  fuse_session* session = fuse_session_new(&fargs, &kOps, sizeof(kOps), &ns);
+  if (session == nullptr) {
+    ready(false, "invalid FUSE options");
+    return 1;
+  }
+  if (fuse_set_signal_handlers(session) != 0) {
+    fuse_session_destroy(session);
+    ready(false, "cannot install signal handlers");
+    return 1;
+  }
+  if (fuse_session_mount(session, options.mountpoint.c_str()) != 0) {
+    fuse_remove_signal_handlers(session);
+    fuse_session_destroy(session);
+    ready(false, "cannot mount at " + options.mountpoint +
+                     " (is it an existing, empty folder you may mount on?)");
+    return 1;
+  }
+  ready(true, "");
+  fuse_loop_config* config = fuse_loop_cfg_create();
+  fuse_loop_cfg_set_max_threads(config, options.max_threads);
+  fuse_loop_cfg_set_clone_fd(config, 1);
+  int result = fuse_session_loop_mt(session, config);
+  fuse_loop_cfg_destroy(config);
+  fuse_session_unmount(session);
+  fuse_remove_signal_handlers(session);
+  fuse_session_destroy(session);
+  return result == 0 ? 0 : 1;
+}
+
+}  // namespace aprfs
