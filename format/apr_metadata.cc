@@ -65,11 +65,15 @@ std::string SerializeAprMetadata(const AprMetadata& m) {
     // license, data_source and data_license, which are always written (null when unset).
     w.String("model_type", m.model_type);
     w.OptString("name", m.name);
+    w.OptString("description", m.description);
+    w.OptString("author", m.author);
     w.NullableString("license", m.license);
     w.NullableString("data_source", std::nullopt);
     w.NullableString("data_license", std::nullopt);
+    w.OptString("version", m.version);
     w.OptString("source", m.source);
     w.OptString("original_format", m.original_format);
+    w.OptString("created_at", m.created_at);
     w.Unsigned("total_size", m.total_size);
     w.Unsigned("param_count", m.param_count);
     w.OptString("architecture", m.architecture);

@@ -14,9 +14,13 @@ namespace aprfs {
 struct AprMetadata {
   std::string model_type;
   std::optional<std::string> name;
+  std::optional<std::string> description;
+  std::optional<std::string> author;
   std::optional<std::string> license;  // always emitted, null when unset
+  std::optional<std::string> version;  // the model's version, not the format's
   std::optional<std::string> source;
   std::optional<std::string> original_format;
+  std::optional<std::string> created_at;
   uint64_t total_size = 0;
   uint64_t param_count = 0;
   std::optional<std::string> architecture;
