@@ -57,15 +57,21 @@ std::vector<std::string> FuseOptions(const MountArgs& args) {
 // Runs the daemon in this process; `report` says once whether the mount came up.
 int Serve(const MountArgs& args, const std::function<void(bool, const std::string&)>& report) {
   RaiseFileLimit();
-  Catalog catalog(args.sources.ToCatalogOptions());
+  CatalogOptions catalog_options = args.sources.ToCatalogOptions();
+  Catalog catalog(catalog_options);
   catalog.Scan(true);  // discovery only: plans are built on first lookup
   Namespace ns(catalog);
   FuseMountOptions fuse;
   fuse.mountpoint = args.mountpoint;
   fuse.fuse_options = FuseOptions(args);
-  spdlog::info("serving {} (HF cache: {}, {} source folder(s))", args.mountpoint,
-               args.sources.no_hf_cache ? "off" : "on", args.sources.sources.size());
-  return ServeFuse(ns, fuse, report);
+  return ServeFuse(ns, fuse, [&](bool ok, const std::string& message) {
+    report(ok, message);
+    if (ok) {
+      spdlog::info("serving {} (HF cache: {}, {} source folder(s))", args.mountpoint,
+                   args.sources.no_hf_cache ? "off" : *catalog_options.hf_cache,
+                   args.sources.sources.size());
+    }
+  });
 }
 
 // Forks; the parent returns once the child's mount is up (0) or failed (1, message printed),

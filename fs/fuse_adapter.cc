@@ -9,7 +9,10 @@
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 #include <memory>
+#include <mutex>
+#include <sstream>
 
 namespace aprfs {
 namespace {
@@ -19,8 +22,25 @@ namespace {
 constexpr double kFileAttrTimeout = 3600;
 constexpr double kEntryTimeout = 1;
 constexpr double kDirAttrTimeout = 1;
+constexpr int kReadaheadKb = 1024;
 
-Namespace& Ns(fuse_req_t req) { return *static_cast<Namespace*>(fuse_req_userdata(req)); }
+struct Session {
+  Namespace& ns;
+  std::string mountpoint;
+  std::once_flag readahead_tuned;
+};
+
+void TuneReadahead(const std::string& mountpoint);
+
+Session& Context(fuse_req_t req) { return *static_cast<Session*>(fuse_req_userdata(req)); }
+Namespace& Ns(fuse_req_t req) { return Context(req).ns; }
+
+// The kernel resets the readahead when it processes our INIT reply, so the tuning waits for the
+// first request after INIT.
+void AfterInit(fuse_req_t req) {
+  Session& session = Context(req);
+  std::call_once(session.readahead_tuned, [&] { TuneReadahead(session.mountpoint); });
+}
 
 struct stat ToStat(const Namespace::Attr& attr) {
   struct stat st {};
@@ -48,6 +68,7 @@ void OnInit(void* /*userdata*/, struct fuse_conn_info* conn) {
 }
 
 void OnLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  AfterInit(req);
   std::optional<Namespace::Attr> attr = Ns(req).Lookup(parent, name);
   if (!attr) {
     fuse_reply_err(req, ENOENT);
@@ -72,6 +93,7 @@ void OnForgetMulti(fuse_req_t req, size_t count, struct fuse_forget_data* forget
 }
 
 void OnGetattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* /*fi*/) {
+  AfterInit(req);
   std::optional<Namespace::Attr> attr = Ns(req).GetAttr(ino);
   if (!attr) {
     fuse_reply_err(req, ENOENT);
@@ -167,6 +189,30 @@ void OnStatfs(fuse_req_t req, fuse_ino_t /*ino*/) {
   fuse_reply_statfs(req, &st);
 }
 
+// The kernel reads ahead only 128 KiB on FUSE mounts by default; sequential reads through the
+// mount run about 3x faster with 1 MiB (bench/README.md). Found through mountinfo, because a
+// stat() of the mountpoint from a FUSE callback would wait on this very daemon. Best effort:
+// needs root.
+void TuneReadahead(const std::string& mountpoint) {
+  std::ifstream mountinfo("/proc/self/mountinfo");
+  std::string line;
+  while (std::getline(mountinfo, line)) {
+    std::istringstream fields(line);
+    std::string id, parent, device, root, point;
+    fields >> id >> parent >> device >> root >> point;
+    if (point != mountpoint) continue;
+    std::ofstream knob("/sys/class/bdi/" + device + "/read_ahead_kb");
+    knob << kReadaheadKb;
+    knob.flush();
+    if (knob) {
+      spdlog::debug("read_ahead_kb of {} set to {}", device, kReadaheadKb);
+    } else {
+      spdlog::info("cannot raise readahead of {} (needs root); sequential reads will be slower",
+                   mountpoint);
+    }
+  }
+}
+
 const fuse_lowlevel_ops kOps = [] {
   fuse_lowlevel_ops ops{};
   ops.init = OnInit;
@@ -196,7 +242,8 @@ int ServeFuse(Namespace& ns, const FuseMountOptions& options,
   for (std::string& arg : args) argv.push_back(arg.data());
   fuse_args fargs = FUSE_ARGS_INIT(static_cast<int>(argv.size()), argv.data());
 
-  fuse_session* session = fuse_session_new(&fargs, &kOps, sizeof(kOps), &ns);
+  Session context{ns, options.mountpoint, {}};
+  fuse_session* session = fuse_session_new(&fargs, &kOps, sizeof(kOps), &context);
   if (session == nullptr) {
     ready(false, "invalid FUSE options");
     return 1;

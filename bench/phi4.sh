@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# phi-4-shaped benchmark (issue #2): a generated model with microsoft/phi-4's shape (6 shards,
+# 243 BF16 tensors, 29.3 GB as sparse files, so it costs no disk), measured through the mount:
+#   - time from `aprfs mount` to the first byte of phi-4.apr (median of $RUNS fresh mounts)
+#   - sequential read throughput of phi-4.apr against reading the 6 shards directly, one run,
+#     page cache dropped before each (needs root for drop_caches and the readahead knob)
+#   - the daemon's peak RSS (VmHWM) over the whole run
+# Usage: bench/phi4.sh            (env: APRFS=binary WORK=/var/tmp/aprfs-bench RUNS=5 BS=1M)
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+APRFS=${APRFS:-$ROOT/build/fs/aprfs}
+WORK=${WORK:-/var/tmp/aprfs-bench}
+RUNS=${RUNS:-5}
+BS=${BS:-1M}
+MODELS=$WORK/models
+MP=$WORK/mnt
+LOG=$WORK/aprfs.log
+PID=""
+
+now() { date +%s.%N; }
+elapsed() { echo "$2 - $1" | bc; }
+drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null || echo "(cannot drop caches: not root)" >&2; }
+stop_daemon() {
+  if mountpoint -q "$MP"; then "$APRFS" umount "$MP" || umount -l "$MP"; fi
+  if [ -n "$PID" ]; then wait "$PID" 2>/dev/null || true; PID=""; fi
+}
+start_daemon() {
+  "$APRFS" mount "$MP" -f --no-hf-cache --source "$MODELS" --log-file "$LOG" &
+  PID=$!
+  for _ in $(seq 1 2000); do mountpoint -q "$MP" && return 0; sleep 0.005; done
+  echo "mount did not come up; see $LOG" >&2; exit 1
+}
+trap stop_daemon EXIT
+
+mkdir -p "$MODELS" "$MP"
+if [ ! -f "$MODELS/phi-4/model.safetensors.index.json" ]; then
+  echo "generating the phi-4-shaped sparse model in $MODELS/phi-4 ..."
+  python3 "$ROOT/tests/tools/make_model.py" "$MODELS/phi-4" --preset phi4 --sparse >/dev/null
+fi
+SHARDS=("$MODELS"/phi-4/model-*.safetensors)
+SHARD_BYTES=$(stat -c %s "${SHARDS[@]}" | paste -sd+ | bc)
+stop_daemon
+
+# 1. Mount to first byte: a fresh daemon each time, cold page cache.
+firsts=()
+for _ in $(seq 1 "$RUNS"); do
+  drop_caches
+  t0=$(now)
+  start_daemon
+  head -c 1 "$MP/phi-4.apr" >/dev/null
+  t1=$(now)
+  firsts+=("$(elapsed "$t0" "$t1")")
+  stop_daemon
+done
+FIRST_MEDIAN=$(printf '%s\n' "${firsts[@]}" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
+
+# 2. Sequential throughput, the shards directly then the .apr through the mount, same run.
+drop_caches
+t0=$(now)
+for f in "${SHARDS[@]}"; do dd if="$f" of=/dev/null bs="$BS" status=none; done
+t1=$(now)
+DIRECT_S=$(elapsed "$t0" "$t1")
+
+start_daemon
+APR_BYTES=$(stat -c %s "$MP/phi-4.apr")
+drop_caches
+t0=$(now)
+dd if="$MP/phi-4.apr" of=/dev/null bs="$BS" status=none
+t1=$(now)
+MOUNT_S=$(elapsed "$t0" "$t1")
+RSS_KB=$(awk '/VmHWM/ {print $2}' "/proc/$PID/status")
+"$APRFS" inspect "$MP/phi-4.apr" --quick >/dev/null
+stop_daemon
+
+DIRECT_MBS=$(echo "scale=1; $SHARD_BYTES / $DIRECT_S / 1000000" | bc)
+MOUNT_MBS=$(echo "scale=1; $APR_BYTES / $MOUNT_S / 1000000" | bc)
+RATIO=$(echo "scale=2; $MOUNT_MBS / $DIRECT_MBS" | bc)
+cat <<REPORT
+phi-4-shaped model: ${#SHARDS[@]} shards, $SHARD_BYTES shard bytes, .apr $APR_BYTES bytes
+| measure | value |
+|---|---|
+| mount to first byte (median of $RUNS) | ${FIRST_MEDIAN} s (runs: ${firsts[*]}) |
+| shards read directly (dd bs=$BS) | ${DIRECT_S} s, ${DIRECT_MBS} MB/s |
+| phi-4.apr through the mount (dd bs=$BS) | ${MOUNT_S} s, ${MOUNT_MBS} MB/s |
+| throughput ratio mount / direct | ${RATIO} |
+| daemon peak RSS (VmHWM) | $((RSS_KB / 1024)) MiB |
+REPORT

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Installs every Debian 12 package aprfs needs to build, run, test and benchmark.
+set -euo pipefail
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -q
+$SUDO apt-get install -y -q --no-install-recommends \
+  build-essential cmake pkg-config ca-certificates \
+  libfuse3-dev fuse3 \
+  nlohmann-json3-dev libcli11-dev libspdlog-dev \
+  libcurl4-openssl-dev libssl-dev zlib1g-dev libboost-dev \
+  libgtest-dev \
+  python3

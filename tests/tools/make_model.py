@@ -1,0 +1,652 @@
+#!/usr/bin/env python3
+"""Generate synthetic Hugging Face safetensors models for the aprfs test suite.
+
+Standalone on purpose: this is the independent reference writer, it must not share
+code with the C++ parser under test (or with aprcheck.py).
+
+Examples:
+  make_model.py /tmp/m --preset tiny
+  make_model.py /tmp/m --preset edge --layout single --unaligned --shuffle-data
+  make_model.py /tmp/m --preset many-shards --shards 100
+  make_model.py --hf-cache /tmp/hub --repo microsoft/phi-4 --preset phi4 --sparse
+
+A JSON summary of what was written goes to stdout.
+"""
+
+import argparse
+import hashlib
+import json
+import os
+import random
+import struct
+import sys
+
+# Bytes per element of the safetensors dtypes we generate.
+DTYPE_SIZE = {
+    "BOOL": 1, "U8": 1, "I8": 1, "I16": 2, "U16": 2, "F16": 2, "BF16": 2,
+    "I32": 4, "U32": 4, "F32": 4, "F64": 8, "I64": 8, "U64": 8,
+}
+
+# Declaration order of the Rust `safetensors::Dtype` enum (increasing alignment).
+# The Rust writer sorts tensors by this rank, descending, then by name.
+RUST_DTYPE_ORDER = [
+    "BOOL", "U8", "I8", "F8_E5M2", "F8_E4M3", "I16", "U16", "F16", "BF16",
+    "I32", "U32", "F32", "F64", "I64", "U64",
+]
+RUST_DTYPE_RANK = {name: i for i, name in enumerate(RUST_DTYPE_ORDER)}
+
+FLOAT_DTYPES = ("F16", "BF16", "F32", "F64")
+CHUNK = 8 << 20  # tensor bytes are generated and written in 8 MiB pieces
+
+
+class Tensor:
+    def __init__(self, name, dtype, shape):
+        self.name = name
+        self.dtype = dtype
+        self.shape = list(shape)
+
+    @property
+    def numel(self):
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    @property
+    def nbytes(self):
+        return self.numel * DTYPE_SIZE[self.dtype]
+
+
+class Preset:
+    """A model: tensors in state-dict (layer) order, config.json, tokenizer recipe."""
+
+    def __init__(self, tensors, config, tokenizer, default_shards):
+        self.tensors = tensors
+        self.config = config
+        self.tokenizer = tokenizer  # dict of make_tokenizer() keyword arguments
+        self.default_shards = default_shards
+
+
+# --------------------------------------------------------------------------------------
+# Presets
+# --------------------------------------------------------------------------------------
+
+def llama_tensors(hidden, inter, layers, heads, kv_heads, vocab, wdtype="BF16",
+                  ndtype="F32", lm_head_dtype=None, tie=False):
+    """Tensors of a LLaMA-style model in the order transformers registers them."""
+    head_dim = hidden // heads
+    kv = kv_heads * head_dim
+    out = [Tensor("model.embed_tokens.weight", wdtype, [vocab, hidden])]
+    for i in range(layers):
+        p = "model.layers.%d." % i
+        out += [
+            Tensor(p + "self_attn.q_proj.weight", wdtype, [hidden, hidden]),
+            Tensor(p + "self_attn.k_proj.weight", wdtype, [kv, hidden]),
+            Tensor(p + "self_attn.v_proj.weight", wdtype, [kv, hidden]),
+            Tensor(p + "self_attn.o_proj.weight", wdtype, [hidden, hidden]),
+            Tensor(p + "mlp.gate_proj.weight", wdtype, [inter, hidden]),
+            Tensor(p + "mlp.up_proj.weight", wdtype, [inter, hidden]),
+            Tensor(p + "mlp.down_proj.weight", wdtype, [hidden, inter]),
+            Tensor(p + "input_layernorm.weight", ndtype, [hidden]),
+            Tensor(p + "post_attention_layernorm.weight", ndtype, [hidden]),
+        ]
+    out.append(Tensor("model.norm.weight", ndtype, [hidden]))
+    if not tie:
+        out.append(Tensor("lm_head.weight", lm_head_dtype or wdtype, [vocab, hidden]))
+    return out
+
+
+def llama_config(hidden, inter, layers, heads, kv_heads, vocab, tie, bos, eos):
+    return {
+        "architectures": ["LlamaForCausalLM"],
+        "attention_bias": False,
+        "bos_token_id": bos,
+        "eos_token_id": eos,
+        "hidden_act": "silu",
+        "hidden_size": hidden,
+        "initializer_range": 0.02,
+        "intermediate_size": inter,
+        "max_position_embeddings": 256,
+        "model_type": "llama",
+        "num_attention_heads": heads,
+        "num_hidden_layers": layers,
+        "num_key_value_heads": kv_heads,
+        "rms_norm_eps": 1e-06,
+        "rope_theta": 10000.0,
+        "tie_word_embeddings": tie,
+        "torch_dtype": "bfloat16",
+        "transformers_version": "4.47.0",
+        "use_cache": True,
+        "vocab_size": vocab,
+    }
+
+
+def preset_tiny(tie, shards):
+    # lm_head is F16 so that the tiny model covers F32, F16 and BF16.
+    h, inter, layers, heads, kv, vocab = 64, 128, 2, 4, 2, 128
+    tensors = llama_tensors(h, inter, layers, heads, kv, vocab, lm_head_dtype="F16", tie=tie)
+    config = llama_config(h, inter, layers, heads, kv, vocab, tie, bos=vocab - 2, eos=vocab - 1)
+    tok = dict(vocab_size=vocab, n_merges=32, specials=["<s>", "</s>"])
+    return Preset(tensors, config, tok, 2)
+
+
+def preset_many_shards(tie, shards):
+    n = shards or 10
+    # Enough layers that every shard gets at least a few tensors.
+    h, inter, heads, kv, vocab = 32, 64, 4, 2, 64
+    layers = max(2, (n + 3) // 4)
+    tensors = llama_tensors(h, inter, layers, heads, kv, vocab, tie=tie)
+    config = llama_config(h, inter, layers, heads, kv, vocab, tie, bos=vocab - 2, eos=vocab - 1)
+    tok = dict(vocab_size=vocab, n_merges=16, specials=["<s>", "</s>"])
+    return Preset(tensors, config, tok, 10)
+
+
+def preset_edge(tie, shards):
+    """Odd sizes, empty tensors, a scalar and awkward names."""
+    tensors = [
+        Tensor("model.embed_tokens.weight", "F32", [16, 8]),
+        Tensor("edge.empty", "F32", [0]),
+        Tensor("edge.empty_2d", "F16", [4, 0]),
+        Tensor("edge.scalar", "F32", []),
+        Tensor("edge.u8_3", "U8", [3]),
+        Tensor("edge.i8_5", "I8", [5]),
+        Tensor("edge.bool_7", "BOOL", [7]),
+        Tensor("edge.f16_3", "F16", [3]),
+        Tensor("edge.i32_1", "I32", [1]),
+        Tensor("edge.i64_2", "I64", [2]),
+        Tensor("edge.f64_1", "F64", [1]),
+        Tensor("edge.bf16_3x3", "BF16", [3, 3]),
+        # Byte-wise name order: 'Z' (0x5A) < 'b' (0x62) < 0xC3 (first byte of 'ü').
+        Tensor("edge.Zupper", "F32", [2]),
+        Tensor("edge.\u00fcnicode", "F32", [2]),
+        Tensor("edge.long." + "x" * 190, "F32", [1]),
+        Tensor("model.norm.weight", "F32", [8]),
+    ]
+    if not tie:
+        tensors.append(Tensor("lm_head.weight", "F32", [16, 8]))
+    config = llama_config(8, 16, 0, 2, 2, 16, tie, bos=14, eos=15)
+    config["torch_dtype"] = "float32"
+    tok = dict(vocab_size=16, n_merges=4, specials=["<s>", "</s>"])
+    return Preset(tensors, config, tok, 2)
+
+
+def preset_phi4(tie, shards):
+    """microsoft/phi-4: 40 layers, 243 BF16 tensors, 29,319,014,400 data bytes."""
+    hidden, inter, layers, heads, kv_heads, vocab = 5120, 17920, 40, 40, 10, 100352
+    head_dim = hidden // heads
+    qkv = (heads + 2 * kv_heads) * head_dim  # 7680
+    tensors = [Tensor("model.embed_tokens.weight", "BF16", [vocab, hidden])]
+    for i in range(layers):
+        p = "model.layers.%d." % i
+        # Registration order of Phi3DecoderLayer: self_attn, mlp, then the two norms.
+        tensors += [
+            Tensor(p + "self_attn.o_proj.weight", "BF16", [hidden, hidden]),
+            Tensor(p + "self_attn.qkv_proj.weight", "BF16", [qkv, hidden]),
+            Tensor(p + "mlp.gate_up_proj.weight", "BF16", [2 * inter, hidden]),
+            Tensor(p + "mlp.down_proj.weight", "BF16", [hidden, inter]),
+            Tensor(p + "input_layernorm.weight", "BF16", [hidden]),
+            Tensor(p + "post_attention_layernorm.weight", "BF16", [hidden]),
+        ]
+    tensors.append(Tensor("model.norm.weight", "BF16", [hidden]))
+    if not tie:
+        tensors.append(Tensor("lm_head.weight", "BF16", [vocab, hidden]))
+    config = {
+        "architectures": ["Phi3ForCausalLM"],
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "bos_token_id": 100257,
+        "embd_pdrop": 0.0,
+        "eos_token_id": 100265,
+        "hidden_act": "silu",
+        "hidden_size": hidden,
+        "initializer_range": 0.02,
+        "intermediate_size": inter,
+        "max_position_embeddings": 16384,
+        "model_type": "phi3",
+        "num_attention_heads": heads,
+        "num_hidden_layers": layers,
+        "num_key_value_heads": kv_heads,
+        "original_max_position_embeddings": 16384,
+        "pad_token_id": 100349,
+        "resid_pdrop": 0.0,
+        "rms_norm_eps": 1e-05,
+        "rope_scaling": None,
+        "rope_theta": 250000,
+        "sliding_window": None,
+        "tie_word_embeddings": tie,
+        "torch_dtype": "bfloat16",
+        "transformers_version": "4.47.0",
+        "use_cache": True,
+        "vocab_size": vocab,
+    }
+    # 256 byte tokens + 100000 merges + 96 specials = 100352, specials at 100256..100351.
+    named = {1: "<|endoftext|>", 2: "<|fim_prefix|>", 3: "<|fim_middle|>", 4: "<|fim_suffix|>",
+             8: "<|im_start|>", 9: "<|im_end|>", 10: "<|im_sep|>", 20: "<|endofprompt|>"}
+    specials = [named.get(i, "<|dummy_%d|>" % i) for i in range(96)]
+    tok = dict(vocab_size=vocab, n_merges=100000, specials=specials)
+    return Preset(tensors, config, tok, 6)
+
+
+PRESETS = {
+    "tiny": lambda tie, shards: preset_tiny(tie, shards),
+    "llama-tiny": lambda tie, shards: preset_tiny(True, shards),
+    "edge": preset_edge,
+    "phi4": preset_phi4,
+    "many-shards": preset_many_shards,
+}
+
+
+# --------------------------------------------------------------------------------------
+# Tokenizer
+# --------------------------------------------------------------------------------------
+
+def byte_level_alphabet():
+    """GPT-2 bytes_to_unicode(): 256 printable characters, one per byte."""
+    bs = (list(range(ord("!"), ord("~") + 1)) + list(range(ord("\u00a1"), ord("\u00ac") + 1))
+          + list(range(ord("\u00ae"), ord("\u00ff") + 1)))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return [chr(c) for c in cs]
+
+
+def make_tokenizer(vocab_size, n_merges, specials, seed):
+    """A self-consistent synthetic byte-level BPE tokenizer.json (as a dict).
+
+    ids: [0, base) byte tokens, then one token per merge, then the specials.
+    """
+    base_n = vocab_size - n_merges - len(specials)
+    if not 0 < base_n <= 256:
+        raise ValueError("tokenizer: bad vocab/merges/specials split")
+    tokens = byte_level_alphabet()[:base_n]
+    known = set(tokens)
+    rng = random.Random("tokenizer:%s" % seed)
+    merges = []
+    while len(merges) < n_merges:
+        a = tokens[rng.randrange(len(tokens))]
+        b = tokens[rng.randrange(len(tokens))]
+        # Keep tokens short so the result looks like a real vocabulary.
+        if len(a) + len(b) > 8 or (a + b) in known:
+            continue
+        tokens.append(a + b)
+        known.add(a + b)
+        merges.append(a + " " + b)
+    first_special = len(tokens)
+    vocab = {t: i for i, t in enumerate(tokens)}
+    added = []
+    for i, s in enumerate(specials):
+        vocab[s] = first_special + i
+        added.append({"id": first_special + i, "content": s, "single_word": False,
+                      "lstrip": False, "rstrip": False, "normalized": False, "special": True})
+    byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
+                  "use_regex": True}
+    return {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": added,
+        "normalizer": None,
+        "pre_tokenizer": byte_level,
+        "post_processor": dict(byte_level, trim_offsets=False),
+        "decoder": byte_level,
+        "model": {
+            "type": "BPE", "dropout": None, "unk_token": None,
+            "continuing_subword_prefix": None, "end_of_word_suffix": None,
+            "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+            "vocab": vocab, "merges": merges,
+        },
+    }
+
+
+# --------------------------------------------------------------------------------------
+# Tensor bytes
+# --------------------------------------------------------------------------------------
+
+# Clearing bit 6 of a float's most significant byte clears the top exponent bit, so
+# every generated F16/BF16/F32/F64 value is finite with |x| < 2 (no NaN/Inf surprises).
+CLEAR_TOP_EXP = bytes(b & ~0x40 for b in range(256))
+BOOL_MASK = bytes(b & 1 for b in range(256))
+
+
+def tensor_chunks(seed, tensor):
+    """Deterministic pseudo-random bytes for (seed, tensor name), in CHUNK pieces."""
+    key = hashlib.blake2b(("%s\0%s" % (seed, tensor.name)).encode(), digest_size=16).digest()
+    rng = random.Random(int.from_bytes(key, "little"))
+    size = DTYPE_SIZE[tensor.dtype]
+    left = tensor.nbytes
+    while left:
+        n = min(CHUNK, left)  # CHUNK is a multiple of every element size
+        buf = bytearray(rng.randbytes(n))
+        if tensor.dtype in FLOAT_DTYPES:
+            buf[size - 1::size] = buf[size - 1::size].translate(CLEAR_TOP_EXP)
+        elif tensor.dtype == "BOOL":
+            buf = bytearray(buf.translate(BOOL_MASK))
+        yield bytes(buf)
+        left -= n
+
+
+# --------------------------------------------------------------------------------------
+# Sharding and ordering
+# --------------------------------------------------------------------------------------
+
+def split_balanced(tensors, n):
+    """Split in state-dict order into exactly n non-empty groups of similar byte size."""
+    if n < 1 or n > len(tensors):
+        raise ValueError("cannot split %d tensors into %d shards" % (len(tensors), n))
+    total = sum(t.nbytes for t in tensors)
+    groups, i, done = [], 0, 0
+    for k in range(n):
+        shards_after = n - k - 1
+        target = total * (k + 1) / n
+        group = [tensors[i]]
+        done += tensors[i].nbytes
+        i += 1
+        # Take the next tensor while its midpoint lies before this shard's target end,
+        # always leaving one tensor for each remaining shard.
+        while i < len(tensors) - shards_after and (
+                shards_after == 0 or done + tensors[i].nbytes / 2 <= target):
+            done += tensors[i].nbytes
+            group.append(tensors[i])
+            i += 1
+        groups.append(group)
+    return groups
+
+
+def rust_writer_order(tensors):
+    """Order of the Rust safetensors writer: dtype rank descending, then name bytes."""
+    return sorted(tensors, key=lambda t: (-RUST_DTYPE_RANK[t.dtype], t.name.encode()))
+
+
+def shuffled_orders(tensors, rng):
+    """(header key order, data order) for --shuffle-data.
+
+    The data order differs from name order and from header key order whenever the
+    shard has at least three tensors (with two it differs from name order only).
+    """
+    by_name = sorted(tensors, key=lambda t: t.name.encode())
+    header = tensors[:]
+    rng.shuffle(header)
+    data = tensors[:]
+    for _ in range(1000):
+        rng.shuffle(data)
+        if len(data) < 2 or (data != by_name and (data != header or len(data) < 3)):
+            break
+    return header, data
+
+
+# --------------------------------------------------------------------------------------
+# Writing files
+# --------------------------------------------------------------------------------------
+
+def safetensors_header(header_order, offsets, unaligned):
+    """The JSON header bytes, padded like the Rust writer or deliberately odd-sized."""
+    obj = {"__metadata__": {"format": "pt"}}
+    for t in header_order:
+        obj[t.name] = {"dtype": t.dtype, "shape": t.shape, "data_offsets": list(offsets[t.name])}
+    text = json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    if unaligned:
+        if len(text) % 2 == 0:
+            text += b" "  # odd length => the data buffer starts at an odd file offset
+    else:
+        text += b" " * (-len(text) % 8)
+    return text
+
+
+class HashingWriter:
+    """File writer that also computes the sha256 of everything written."""
+
+    def __init__(self, path):
+        self.f = open(path, "wb")
+        self.sha = hashlib.sha256()
+
+    def write(self, data):
+        self.f.write(data)
+        self.sha.update(data)
+
+    def close(self):
+        self.f.close()
+
+
+def write_safetensors(path, tensors, args, rng):
+    """Write one shard; returns the sha256 hex of its content (None when sparse)."""
+    if args.shuffle_data:
+        header_order, data_order = shuffled_orders(tensors, rng)
+    else:
+        header_order = data_order = rust_writer_order(tensors)
+    offsets, pos = {}, 0
+    for t in data_order:
+        offsets[t.name] = (pos, pos + t.nbytes)
+        pos += t.nbytes
+    header = safetensors_header(header_order, offsets, args.unaligned)
+    w = HashingWriter(path)
+    try:
+        w.write(struct.pack("<Q", len(header)))
+        w.write(header)
+        if args.sparse:
+            # Sparse file: the data region is a hole of zeros that costs no disk.
+            w.f.truncate(8 + len(header) + pos)
+            return None
+        for t in data_order:
+            for chunk in tensor_chunks(args.seed, t):
+                w.write(chunk)
+        return w.sha.hexdigest()
+    finally:
+        w.close()
+
+
+def json_file_bytes(obj, sort_keys=True, indent=2):
+    """JSON the way transformers saves config.json / index.json (indent 2, newline)."""
+    return (json.dumps(obj, indent=indent, sort_keys=sort_keys, ensure_ascii=False)
+            + "\n").encode("utf-8")
+
+
+def shard_file_names(n, layout):
+    if layout == "single":
+        return ["model.safetensors"]
+    return ["model-%05d-of-%05d.safetensors" % (k + 1, n) for k in range(n)]
+
+
+class PlainTarget:
+    """Writes files straight into a folder."""
+
+    def __init__(self, out_dir):
+        self.dir = os.path.abspath(out_dir)
+        os.makedirs(self.dir, exist_ok=True)
+
+    def write_bytes(self, name, data):
+        with open(os.path.join(self.dir, name), "wb") as f:
+            f.write(data)
+
+    def write_shard(self, name, tensors, args, rng):
+        write_safetensors(os.path.join(self.dir, name), tensors, args, rng)
+
+    def finish(self):
+        return {"dir": self.dir}
+
+
+def is_commit_hash(text):
+    return len(text) == 40 and all(c in "0123456789abcdef" for c in text)
+
+
+class HfCacheTarget:
+    """Writes blobs/, snapshots/<commit>/ (relative symlinks) and refs/<revision>."""
+
+    def __init__(self, cache_dir, repo, revision, seed):
+        parts = repo.split("/")
+        if len(parts) != 2 or not all(parts) or any(x in (".", "..") for x in parts):
+            raise ValueError("--repo must look like ORG/NAME")
+        self.cache = os.path.abspath(cache_dir)
+        self.repo = repo
+        self.revision = revision
+        self.seed = seed
+        self.repo_dir = os.path.join(self.cache, "models--" + repo.replace("/", "--"))
+        self.blobs = os.path.join(self.repo_dir, "blobs")
+        os.makedirs(self.blobs, exist_ok=True)
+        self.files = {}  # file name in the repo -> blob name
+
+    def _store(self, tmp_path, blob):
+        final = os.path.join(self.blobs, blob)
+        if os.path.exists(final):
+            os.unlink(tmp_path)  # identical content already cached
+        else:
+            os.replace(tmp_path, final)
+        return blob
+
+    def _tmp(self, name):
+        return os.path.join(self.blobs, ".tmp-%d-%s" % (os.getpid(), name))
+
+    def write_bytes(self, name, data):
+        # Regular (non-LFS) files are named by their git blob sha1.
+        blob = hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+        tmp = self._tmp(name)
+        with open(tmp, "wb") as f:
+            f.write(data)
+        self.files[name] = self._store(tmp, blob)
+
+    def write_shard(self, name, tensors, args, rng):
+        tmp = self._tmp(name)
+        sha = write_safetensors(tmp, tensors, args, rng)
+        if sha is None:
+            # Sparse: hashing 29 GB of zeros is pointless; use a name-derived sha256.
+            sha = hashlib.sha256(("sparse\0%s\0%s\0%s" % (self.repo, name, self.seed))
+                                 .encode()).hexdigest()
+        self.files[name] = self._store(tmp, sha)
+
+    def _commit(self):
+        if is_commit_hash(self.revision):
+            return self.revision
+        # Content-addressed like a git commit: same files => same commit hash.
+        listing = "".join("%s %s\n" % kv for kv in sorted(self.files.items()))
+        return hashlib.sha1(("commit\0%s\0%s" % (self.repo, listing)).encode()).hexdigest()
+
+    def finish(self):
+        commit = self._commit()
+        snap = os.path.join(self.repo_dir, "snapshots", commit)
+        os.makedirs(snap, exist_ok=True)
+        for name, blob in sorted(self.files.items()):
+            link = os.path.join(snap, name)
+            if os.path.lexists(link):
+                os.unlink(link)
+            os.symlink(os.path.join("..", "..", "blobs", blob), link)
+        if commit != self.revision:
+            ref = os.path.join(self.repo_dir, "refs", self.revision)
+            os.makedirs(os.path.dirname(ref), exist_ok=True)
+            with open(ref + ".tmp", "w") as f:
+                f.write(commit)  # no trailing newline: huggingface_hub does not strip it
+            os.replace(ref + ".tmp", ref)
+        return {"dir": snap, "cache_dir": self.cache, "repo_dir": self.repo_dir,
+                "commit": commit, "revision": self.revision}
+
+
+# --------------------------------------------------------------------------------------
+# Main
+# --------------------------------------------------------------------------------------
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(
+        description="Generate a synthetic safetensors model (plain folder or HF cache).")
+    p.add_argument("out_dir", nargs="?", metavar="OUT_DIR",
+                   help="output folder (or the cache root when --hf-cache has no value)")
+    p.add_argument("--preset", required=True, choices=sorted(PRESETS))
+    p.add_argument("--shards", type=int, default=None,
+                   help="number of shard files (default per preset; ignored for --layout single)")
+    p.add_argument("--layout", choices=["index", "single", "noindex"], default="index",
+                   help="index: shards + model.safetensors.index.json; single: one "
+                        "model.safetensors; noindex: several shards, no index")
+    p.add_argument("--unaligned", action="store_true",
+                   help="odd-length, unpadded JSON header: data buffer starts unaligned")
+    p.add_argument("--shuffle-data", action="store_true",
+                   help="random data order inside shards, unrelated to name/header order")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--sparse", action="store_true",
+                   help="do not write tensor data; extend files with truncate (all zeros)")
+    p.add_argument("--hf-cache", nargs="?", const=True, default=None, metavar="CACHE_DIR",
+                   help="write the HF cache layout under CACHE_DIR (needs --repo)")
+    p.add_argument("--repo", help="ORG/NAME for --hf-cache")
+    p.add_argument("--revision", default="main", help="ref name (or 40-hex commit)")
+    p.add_argument("--no-tokenizer", action="store_true")
+    p.add_argument("--no-config", action="store_true")
+    p.add_argument("--tie-embeddings", action="store_true",
+                   help="tie_word_embeddings=true and no lm_head.weight")
+    args = p.parse_args(argv)
+    if args.hf_cache is True:
+        if not args.out_dir:
+            p.error("--hf-cache without a value needs OUT_DIR as the cache root")
+        args.hf_cache, args.out_dir = args.out_dir, None
+    elif args.hf_cache is not None and args.out_dir:
+        p.error("give either OUT_DIR or --hf-cache CACHE_DIR, not both")
+    if args.hf_cache is None and not args.out_dir:
+        p.error("OUT_DIR is required (or --hf-cache CACHE_DIR)")
+    if args.hf_cache is not None and not args.repo:
+        p.error("--hf-cache needs --repo ORG/NAME")
+    if args.shards is not None and not 1 <= args.shards <= 100000:
+        p.error("--shards must be >= 1")
+    return args
+
+
+def generate(args):
+    preset = PRESETS[args.preset](args.tie_embeddings, args.shards)
+    if args.layout == "single":
+        n = 1
+    else:
+        n = args.shards or preset.default_shards
+        if args.layout == "noindex" and args.shards is None:
+            n = max(n, 2)
+    groups = split_balanced(preset.tensors, n)
+    names = shard_file_names(n, args.layout)
+
+    if args.hf_cache is not None:
+        target = HfCacheTarget(args.hf_cache, args.repo, args.revision, args.seed)
+    else:
+        target = PlainTarget(args.out_dir)
+
+    rng = random.Random("order:%s" % args.seed)
+    weight_map = {}
+    for name, group in zip(names, groups):
+        target.write_shard(name, group, args, rng)
+        for t in group:
+            weight_map[t.name] = name
+    files = list(names)
+    data_bytes = sum(t.nbytes for t in preset.tensors)
+
+    if args.layout == "index":
+        index = {"metadata": {"total_size": data_bytes}, "weight_map": weight_map}
+        target.write_bytes("model.safetensors.index.json", json_file_bytes(index))
+        files.append("model.safetensors.index.json")
+    if not args.no_config:
+        target.write_bytes("config.json", json_file_bytes(preset.config))
+        files.append("config.json")
+    if not args.no_tokenizer:
+        tok = make_tokenizer(seed=args.seed, **preset.tokenizer)
+        target.write_bytes("tokenizer.json", json_file_bytes(tok, sort_keys=False))
+        files.append("tokenizer.json")
+
+    summary = target.finish()
+    summary.update({
+        "files": sorted(files),
+        "tensors": len(preset.tensors),
+        "data_bytes": data_bytes,
+        "preset": args.preset,
+        "layout": args.layout,
+        "shards": n,
+    })
+    return summary
+
+
+def main(argv=None):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        summary = generate(args)
+    except (ValueError, OSError) as e:
+        print("make_model: error: %s" % e, file=sys.stderr)
+        return 1
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
