@@ -5,7 +5,8 @@
 
 namespace aprfs {
 
-// CRC-32/ISO-HDLC (zlib's crc32), the checksum of the APR header and footer.
+// CRC-32/ISO-HDLC (zlib's crc32, computed with ISA-L), the checksum of the APR header and
+// footer.
 // `crc` continues a running checksum; start from 0.
 uint32_t Crc32(std::string_view bytes, uint32_t crc = 0);
 

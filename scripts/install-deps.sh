@@ -9,6 +9,6 @@ $SUDO apt-get install -y -q --no-install-recommends \
   build-essential cmake pkg-config ca-certificates \
   libfuse3-dev fuse3 \
   nlohmann-json3-dev libcli11-dev libspdlog-dev \
-  libcurl4-openssl-dev libssl-dev zlib1g-dev libboost-dev \
+  libcurl4-openssl-dev libssl-dev zlib1g-dev libisal-dev libboost-dev \
   libgtest-dev \
   python3
