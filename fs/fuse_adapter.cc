@@ -64,7 +64,6 @@ double AttrTimeout(const Namespace::Attr& attr) {
 void OnInit(void* /*userdata*/, struct fuse_conn_info* conn) {
   // More requests in flight lets the kernel's readahead overlap with our reads.
   conn->max_background = 64;
-  if (getenv("APRFS_SPLICE")) conn->want |= FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE;
   conn->congestion_threshold = 48;
 }
 
@@ -153,25 +152,6 @@ void OnOpen(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
 void OnRead(fuse_req_t req, fuse_ino_t /*ino*/, size_t size, off_t offset,
             struct fuse_file_info* fi) {
   VirtualFile& file = **reinterpret_cast<std::shared_ptr<VirtualFile>*>(fi->fh);
-  if (getenv("APRFS_SPLICE")) {
-    thread_local std::vector<VirtualFile::Piece> pieces;
-    if (file.Pieces(offset, size, pieces)) {
-      size_t n = pieces.size();
-      std::unique_ptr<char[]> mem(new char[sizeof(fuse_bufvec) + n * sizeof(fuse_buf)]);
-      auto* vec = reinterpret_cast<fuse_bufvec*>(mem.get());
-      *vec = FUSE_BUFVEC_INIT(0);
-      vec->count = n;
-      for (size_t i = 0; i < n; ++i) {
-        fuse_buf& b = vec->buf[i];
-        b = {};
-        b.size = pieces[i].len;
-        if (pieces[i].kind == 0) { b.mem = const_cast<char*>(pieces[i].data); }
-        else { b.flags = static_cast<fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK); b.fd = pieces[i].fd; b.pos = pieces[i].pos; }
-      }
-      fuse_reply_data(req, vec, FUSE_BUF_SPLICE_MOVE);
-      return;
-    }
-  }
   // One buffer per worker thread, reused: memory stays bounded by threads x max request.
   thread_local std::unique_ptr<char[]> buffer;
   thread_local size_t capacity = 0;

@@ -5,7 +5,6 @@
 #include <cstring>
 
 #include <spdlog/spdlog.h>
-#include "fetch/local_file.h"
 
 namespace aprfs {
 
@@ -72,37 +71,6 @@ ssize_t VirtualFile::Read(uint64_t offset, size_t length, char* dst,
     std::memcpy(dst + body, footer + footer_pos, length - body);
   }
   return static_cast<ssize_t>(length);
-}
-
-static const char kZeros[64] = {0};
-bool VirtualFile::Pieces(uint64_t offset, size_t length, std::vector<Piece>& out) {
-  out.clear();
-  if (offset >= plan_.footer_offset) return false;
-  length = std::min<uint64_t>(length, plan_.footer_offset - offset);
-  uint64_t end = offset + length;
-  if (offset < plan_.prefix.size()) {
-    size_t take = std::min<uint64_t>(length, plan_.prefix.size() - offset);
-    out.push_back({0, plan_.prefix.data() + offset, -1, 0, take});
-    offset += take;
-  }
-  auto it = std::upper_bound(plan_.extents.begin(), plan_.extents.end(), offset,
-                             [](uint64_t value, const AprDataExtent& e) { return value < e.offset; });
-  if (it != plan_.extents.begin() && std::prev(it)->offset + std::prev(it)->length > offset) --it;
-  while (offset < end) {
-    uint64_t next = it == plan_.extents.end() ? end : std::min(end, it->offset);
-    if (offset < next) {
-      out.push_back({0, kZeros, -1, 0, next - offset});
-      offset = next;
-      continue;
-    }
-    uint64_t take = std::min(end, it->offset + it->length) - offset;
-    auto* local = dynamic_cast<LocalFile*>(sources_[it->source].get());
-    if (local->CheckUnchanged()) return false;
-    out.push_back({1, nullptr, local->fd(), it->source_offset + (offset - it->offset), take});
-    offset += take;
-    ++it;
-  }
-  return true;
 }
 
 }  // namespace aprfs

@@ -28,9 +28,6 @@ class VirtualFile {
   // Reads up to `length` bytes at `offset` (fewer only at end of file) into dst. Returns the
   // byte count or -errno; never a short read in the middle, never wrong bytes.
   ssize_t Read(uint64_t offset, size_t length, char* dst, const CancelCheck& cancelled = {});
-  // EXPERIMENT: pieces for splice. kind 0 memory, 1 fd.
-  struct Piece { int kind; const char* data; int fd; uint64_t pos; size_t len; };
-  bool Pieces(uint64_t offset, size_t length, std::vector<Piece>& out);
 
  private:
   // [offset, offset+length) entirely before the footer.
