@@ -44,7 +44,7 @@ Shard ReadShard(const fs::path& dir, const std::string& file,
   try {
     opened = LocalFile::Open(path.string());
   } catch (const std::system_error& e) {
-    throw FormatError("shard '" + file + "' cannot be opened (" + e.code().message() + "): " +
+    throw FormatError("shard " + Quote(file) + " cannot be opened (" + e.code().message() + "): " +
                       path.string());
   }
   Shard shard;
@@ -88,7 +88,8 @@ bool FolderHasSafetensors(const std::string& dir) {
 }
 
 LoadedModel LoadLocalModel(const std::string& dir, const std::string& name,
-                           const std::optional<std::string>& source_uri) {
+                           const std::optional<std::string>& source_uri,
+                           std::vector<std::string>* files) {
   LoadedModel model;
   model.set.name = name;
   model.set.source = source_uri;
@@ -106,6 +107,10 @@ LoadedModel LoadLocalModel(const std::string& dir, const std::string& name,
     shard_files = AllSafetensorsIn(folder);
   }
   if (shard_files.empty()) throw FormatError(dir + ": no safetensors files");
+  if (files) {
+    *files = shard_files;
+    files->insert(files->end(), {std::string(kWeightIndexFile), "config.json", "tokenizer.json"});
+  }
 
   for (const std::string& file : shard_files) {
     std::shared_ptr<LocalFile> opened;

@@ -22,9 +22,12 @@ struct LoadedModel {
 bool FolderHasSafetensors(const std::string& dir);
 
 // Reads the shard headers and the small JSON files of the model in `dir` (symlinks followed,
-// as in the HF cache). Throws FormatError or std::system_error naming the file and the rule.
+// as in the HF cache). Throws FormatError naming the file and the rule. `files`, when given,
+// receives every path (relative to `dir`) the model is built from as soon as it is known, even
+// when loading then fails, so a caller can watch them for changes.
 LoadedModel LoadLocalModel(const std::string& dir, const std::string& name,
-                           const std::optional<std::string>& source_uri);
+                           const std::optional<std::string>& source_uri,
+                           std::vector<std::string>* files = nullptr);
 
 // Reads a whole small file (config.json, tokenizer.json...); refuses files above `max_bytes`.
 std::string ReadSmallFile(const std::string& path, uint64_t max_bytes);

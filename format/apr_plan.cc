@@ -11,12 +11,12 @@ namespace {
 
 void CheckTensor(const AprTensorSpec& tensor) {
   if (tensor.name.size() > kAprMaxTensorName) {
-    throw FormatError("tensor '" + tensor.name + "': name is " +
+    throw FormatError("tensor " + Quote(tensor.name) + ": name is " +
                       std::to_string(tensor.name.size()) +
                       " bytes; APR v2 names are at most 256 bytes (MAX_TENSOR_NAME_LEN)");
   }
   if (tensor.shape.size() > kAprMaxDims) {
-    throw FormatError("tensor '" + tensor.name + "': " + std::to_string(tensor.shape.size()) +
+    throw FormatError("tensor " + Quote(tensor.name) + ": " + std::to_string(tensor.shape.size()) +
                       " dimensions; APR v2 stores at most 8");
   }
 }
@@ -31,7 +31,7 @@ std::vector<AprIndexEntry> AssignOffsets(const std::vector<AprTensorSpec>& tenso
     const AprTensorSpec& tensor = tensors[i];
     CheckTensor(tensor);
     if (!by_name.emplace(tensor.name, i).second) {
-      throw FormatError("tensor '" + tensor.name + "' appears twice; APR names must be unique");
+      throw FormatError("tensor " + Quote(tensor.name) + " appears twice; APR names must be unique");
     }
     if (tensor.alias_of) continue;
     relative_offsets[i] = cursor;
@@ -46,8 +46,8 @@ std::vector<AprIndexEntry> AssignOffsets(const std::vector<AprTensorSpec>& tenso
       auto target = by_name.find(*tensor.alias_of);
       if (target == by_name.end() || tensors[target->second].alias_of ||
           tensors[target->second].size != tensor.size) {
-        throw FormatError("tensor '" + tensor.name + "' aliases '" + *tensor.alias_of +
-                          "', which is not a stored tensor of the same size");
+        throw FormatError("tensor " + Quote(tensor.name) + " aliases " + Quote(*tensor.alias_of) +
+                          ", which is not a stored tensor of the same size");
       }
       offset = relative_offsets[target->second];
       relative_offsets[i] = offset;

@@ -297,7 +297,7 @@ std::vector<std::string> LintAprFile(const AprFile& file, const ReadAt& read_at)
 
   std::set<std::string_view> names;
   for (const AprIndexEntry& e : file.index) {
-    std::string who = "tensor '" + e.name + "': ";
+    std::string who = "tensor " + Quote(e.name) + ": ";
     if (!names.insert(e.name).second) problem(who + "name appears twice in the index");
     if (e.name.size() > kAprMaxTensorName) problem(who + "name longer than 256 bytes");
     if (e.shape.size() > kAprMaxDims) problem(who + "more than 8 dimensions");

@@ -2,6 +2,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace aprfs {
 
@@ -11,5 +12,9 @@ class FormatError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
+
+// A name from the input, quoted for a message: control bytes become \xNN (a NUL would cut the
+// message short) and very long names are shortened.
+std::string Quote(std::string_view name);
 
 }  // namespace aprfs

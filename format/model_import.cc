@@ -125,12 +125,13 @@ AprMetadata ImportMetadata(const ShardSet& set, uint64_t param_count, bool tied_
 
 ImportedModel ImportShardSet(const ShardSet& set) {
   auto where = [&](const Shard& shard, const std::string& tensor) {
-    return "model '" + set.name + "', shard '" + shard.file + "', tensor '" + tensor + "': ";
+    return "model " + Quote(set.name) + ", shard " + Quote(shard.file) + ", tensor " + Quote(tensor) +
+           ": ";
   };
   try {
     CheckShardSet(set);
   } catch (const FormatError& e) {
-    throw FormatError("model '" + set.name + "': " + e.what());
+    throw FormatError("model " + Quote(set.name) + ": " + e.what());
   }
 
   ImportedModel result;
@@ -182,7 +183,7 @@ ImportedModel ImportShardSet(const ShardSet& set) {
   try {
     result.plan = BuildAprPlan(SerializeAprMetadata(metadata), tensors);
   } catch (const FormatError& e) {
-    throw FormatError("model '" + set.name + "': " + e.what());
+    throw FormatError("model " + Quote(set.name) + ": " + e.what());
   }
   return result;
 }

@@ -18,23 +18,39 @@ using nlohmann::json;
                     std::string(rule) + ")");
 }
 
-std::string Quoted(std::string_view name) { return "'" + std::string(name) + "'"; }
-
 uint64_t ReadU64Le(std::string_view bytes) {
   uint64_t value = 0;
   for (int i = 7; i >= 0; --i) value = (value << 8) | static_cast<uint8_t>(bytes[i]);
   return value;
 }
 
-// Parses the JSON while refusing a tensor name that appears twice: the official reader would
-// silently keep one of them, which then shows up as a confusing offset error.
-json ParseRejectingDuplicates(std::string_view text, std::string_view file) {
-  std::set<std::string> seen;
+// Parses the JSON as strictly as serde_json does where nlohmann is lenient: no byte-order mark,
+// no NUL bytes (nlohmann stops reading at one), no tensor name twice, no field twice inside a
+// tensor entry. The official reader would silently keep one of two equal names, which then
+// shows up as a confusing offset error; we name the duplicate instead.
+json ParseStrictly(std::string_view text, std::string_view file) {
+  if (text.substr(0, 3) == "\xEF\xBB\xBF") {
+    Fail(file, "header starts with a byte-order mark", "InvalidHeaderDeserialization");
+  }
+  if (text.find('\0') != std::string_view::npos) {
+    Fail(file, "header contains a NUL byte at " + std::to_string(text.find('\0')),
+         "InvalidHeaderDeserialization");
+  }
+  std::set<std::string> tensors;
+  std::set<std::string> fields;  // of the tensor entry being parsed
+  std::string entry;             // its name
   auto on_event = [&](int depth, json::parse_event_t event, json& parsed) {
-    if (depth == 1 && event == json::parse_event_t::key) {
-      const std::string& key = parsed.get_ref<const std::string&>();
-      if (!seen.insert(key).second) {
-        Fail(file, "tensor " + Quoted(key) + " appears twice", "InvalidHeaderDeserialization");
+    if (event == json::parse_event_t::key && depth == 1) {
+      entry = parsed.get_ref<const std::string&>();
+      fields.clear();
+      if (!tensors.insert(entry).second) {
+        Fail(file, "tensor " + Quote(entry) + " appears twice", "InvalidHeaderDeserialization");
+      }
+    } else if (event == json::parse_event_t::key && depth == 2 && entry != "__metadata__") {
+      const std::string& field = parsed.get_ref<const std::string&>();
+      if (!fields.insert(field).second) {
+        Fail(file, "tensor " + Quote(entry) + ": field " + Quote(field) + " appears twice",
+             "InvalidHeaderDeserialization");
       }
     }
     return true;
@@ -50,7 +66,7 @@ uint64_t ExpectUnsigned(const json& value, std::string_view file, std::string_vi
                         std::string_view field) {
   if (!value.is_number_unsigned()) {
     Fail(file,
-         "tensor " + Quoted(tensor) + ": " + std::string(field) +
+         "tensor " + Quote(tensor) + ": " + std::string(field) +
              " must hold non-negative integers, got " + value.dump(),
          "InvalidHeaderDeserialization");
   }
@@ -60,7 +76,7 @@ uint64_t ExpectUnsigned(const json& value, std::string_view file, std::string_vi
 SafetensorsTensor ParseTensorEntry(const std::string& name, const json& entry,
                                    std::string_view file) {
   auto bad = [&](const std::string& what) {
-    Fail(file, "tensor " + Quoted(name) + ": " + what, "InvalidHeaderDeserialization");
+    Fail(file, "tensor " + Quote(name) + ": " + what, "InvalidHeaderDeserialization");
   };
   if (!entry.is_object()) bad("entry must be an object, got " + entry.dump());
   // Unknown fields are ignored, as serde does for TensorInfo.
@@ -95,7 +111,7 @@ std::map<std::string, std::string> ParseMetadataEntry(const json& entry, std::st
   }
   for (const auto& [key, value] : entry.items()) {
     if (!value.is_string()) {
-      Fail(file, "__metadata__ value of " + Quoted(key) + " must be a string, got " + value.dump(),
+      Fail(file, "__metadata__ value of " + Quote(key) + " must be a string, got " + value.dump(),
            "InvalidHeaderDeserialization");
     }
     metadata[key] = value.get<std::string>();
@@ -108,17 +124,17 @@ uint64_t ExpectedSize(const SafetensorsTensor& tensor, std::string_view file) {
   uint64_t elements = 1;
   for (uint64_t dim : tensor.shape) {
     if (__builtin_mul_overflow(elements, dim, &elements)) {
-      Fail(file, "tensor " + Quoted(tensor.name) + ": element count overflows",
+      Fail(file, "tensor " + Quote(tensor.name) + ": element count overflows",
            "ValidationOverflow");
     }
   }
   uint64_t bits = 0;
   if (__builtin_mul_overflow(elements, uint64_t{StDtypeBits(tensor.dtype)}, &bits)) {
-    Fail(file, "tensor " + Quoted(tensor.name) + ": bit count overflows", "ValidationOverflow");
+    Fail(file, "tensor " + Quote(tensor.name) + ": bit count overflows", "ValidationOverflow");
   }
   if (bits % 8 != 0) {
     Fail(file,
-         "tensor " + Quoted(tensor.name) + ": " + std::to_string(elements) + " elements of " +
+         "tensor " + Quote(tensor.name) + ": " + std::to_string(elements) + " elements of " +
              std::string(StDtypeName(tensor.dtype)) + " do not end on a byte boundary",
          "MisalignedSlice");
   }
@@ -159,7 +175,7 @@ SafetensorsHeader ParseSafetensorsHeader(std::string_view header_json, uint64_t 
   }
   if (!IsValidUtf8(header_json)) Fail(file, "header is not valid UTF-8", "InvalidHeader");
 
-  json root = ParseRejectingDuplicates(header_json, file);
+  json root = ParseStrictly(header_json, file);
   if (!root.is_object()) {
     Fail(file, "header must be a JSON object", "InvalidHeaderDeserialization");
   }
@@ -182,7 +198,7 @@ SafetensorsHeader ParseSafetensorsHeader(std::string_view header_json, uint64_t 
   for (const SafetensorsTensor& tensor : header.tensors) {
     if (tensor.begin != expected_begin || tensor.end < tensor.begin) {
       Fail(file,
-           "tensor " + Quoted(tensor.name) + ": data_offsets [" + std::to_string(tensor.begin) +
+           "tensor " + Quote(tensor.name) + ": data_offsets [" + std::to_string(tensor.begin) +
                ", " + std::to_string(tensor.end) + "] must start at " +
                std::to_string(expected_begin) + " (where the previous tensor ends) and not end " +
                "before they begin",
@@ -192,7 +208,7 @@ SafetensorsHeader ParseSafetensorsHeader(std::string_view header_json, uint64_t 
     uint64_t size = ExpectedSize(tensor, file);
     if (tensor.size() != size) {
       Fail(file,
-           "tensor " + Quoted(tensor.name) + ": data_offsets span " +
+           "tensor " + Quote(tensor.name) + ": data_offsets span " +
                std::to_string(tensor.size()) + " bytes but dtype " +
                std::string(StDtypeName(tensor.dtype)) + " and its shape need " +
                std::to_string(size),

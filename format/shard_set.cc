@@ -16,8 +16,8 @@ using nlohmann::json;
 // A weight_map value must name a file inside the model folder.
 void CheckShardPath(const std::string& path, const std::string& tensor, std::string_view file) {
   auto fail = [&](const char* rule) {
-    throw FormatError(std::string(file) + ": tensor '" + tensor + "' maps to shard '" + path +
-                      "': " + rule);
+    throw FormatError(std::string(file) + ": tensor " + Quote(tensor) + " maps to shard " +
+                      Quote(path) + ": " + rule);
   };
   if (path.empty()) fail("shard name is empty");
   if (path.front() == '/') fail("shard path is absolute; it must be relative to the model folder");
@@ -53,8 +53,8 @@ WeightIndex ParseWeightIndex(std::string_view text, std::string_view file) {
   std::set<std::string> shard_files;
   for (const auto& [tensor, shard] : map->items()) {
     if (!shard.is_string()) {
-      throw FormatError(std::string(file) + ": weight_map value of tensor '" + tensor +
-                        "' must be a file name string");
+      throw FormatError(std::string(file) + ": weight_map value of tensor " + Quote(tensor) +
+                        " must be a file name string");
     }
     const std::string& path = shard.get_ref<const std::string&>();
     CheckShardPath(path, tensor, file);
@@ -72,8 +72,8 @@ void CheckShardSet(const ShardSet& set) {
     for (const SafetensorsTensor& tensor : shard.header.tensors) {
       auto [it, inserted] = owner.emplace(tensor.name, &shard.file);
       if (!inserted) {
-        throw FormatError("tensor '" + tensor.name + "' is in both '" + *it->second + "' and '" +
-                          shard.file + "'; a tensor must live in exactly one shard");
+        throw FormatError("tensor " + Quote(tensor.name) + " is in both " + Quote(*it->second) +
+                          " and " + Quote(shard.file) + "; a tensor must live in exactly one shard");
       }
     }
   }
@@ -81,9 +81,9 @@ void CheckShardSet(const ShardSet& set) {
   for (const auto& [tensor, shard_file] : set.index->weight_map) {
     auto it = owner.find(tensor);
     if (it == owner.end() || *it->second != shard_file) {
-      throw FormatError(std::string(kWeightIndexFile) + ": tensor '" + tensor +
-                        "' is mapped to '" + shard_file + "' but that shard has no such tensor" +
-                        (it == owner.end() ? "" : " (it is in '" + *it->second + "')"));
+      throw FormatError(std::string(kWeightIndexFile) + ": tensor " + Quote(tensor) +
+                        " is mapped to " + Quote(shard_file) + " but that shard has no such tensor" +
+                        (it == owner.end() ? "" : " (it is in " + Quote(*it->second) + ")"));
     }
   }
 }

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <set>
 
 #include "fetch/hf_cache.h"
 #include "fetch/local_file.h"
@@ -34,7 +35,7 @@ std::vector<ModelRef> FromHfCache(const std::string& cache_dir) {
     if (slash == std::string::npos) {
       ref.name = repo.repo_id;
     } else {
-      ref.org = repo.repo_id.substr(0, slash);
+      ref.group = repo.repo_id.substr(0, slash);
       ref.name = repo.repo_id.substr(slash + 1);
     }
     ref.dir = repo.snapshot_dir;
@@ -49,6 +50,8 @@ ModelRef FromFolder(const fs::path& dir) {
   ModelRef ref;
   ref.key = "dir:" + dir.string();
   ref.name = dir.filename().string();
+  std::string parent = dir.parent_path().filename().string();
+  if (!parent.empty() && parent != "/") ref.group = parent;
   ref.dir = dir.string();
   ref.source_uri = "file://" + dir.string();
   ref.from_source_option = true;
@@ -86,25 +89,63 @@ int64_t NewestMtime(const VirtualFile& file) {
 
 }  // namespace
 
-std::string FolderFingerprint(const std::string& dir) {
-  std::vector<std::string> parts;
+std::string FolderFingerprint(const std::string& dir, const std::vector<std::string>& files) {
+  std::set<std::string> names(files.begin(), files.end());
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     std::string name = entry.path().filename().string();
-    if (!Relevant(name)) continue;
-    struct stat st;
-    if (::stat(entry.path().c_str(), &st) != 0) {  // follows the snapshot symlinks
-      parts.push_back(name + ":missing");
-      continue;
-    }
-    FileIdentity id = IdentityOf(st);
-    parts.push_back(name + ":" + std::to_string(id.inode) + ":" + std::to_string(id.size) + ":" +
-                    std::to_string(id.mtime_ns));
+    if (Relevant(name)) names.insert(name);
   }
-  std::sort(parts.begin(), parts.end());
   std::string fingerprint;
-  for (const std::string& part : parts) fingerprint += part + "\n";
+  for (const std::string& name : names) {
+    struct stat st;
+    if (::stat((dir + "/" + name).c_str(), &st) != 0) continue;  // follows snapshot symlinks
+    FileIdentity id = IdentityOf(st);
+    fingerprint += name + ":" + std::to_string(id.inode) + ":" + std::to_string(id.size) + ":" +
+                   std::to_string(id.mtime_ns) + "\n";
+  }
   return fingerprint;
+}
+
+Catalog::Listing AssignNames(const std::vector<ModelRef>& refs) {
+  Catalog::Listing listing;
+  std::map<std::string, std::vector<const ModelRef*>> by_name;
+  for (const ModelRef& ref : refs) {
+    if (ref.problem.empty()) by_name[ref.name].push_back(&ref);
+  }
+  auto place = [&](const std::string& group, const std::string& file, const ModelRef& ref) {
+    auto [it, inserted] = listing.org_files[group].emplace(file, ref.key);
+    if (!inserted && it->second != ref.key) {
+      listing.warnings.push_back(ref.key + ": not shown: " + group + "/" + file +
+                                 " already shows " + it->second);
+    }
+  };
+  // Hub orgs first: their paths are the stable ones.
+  for (const auto& [name, claimants] : by_name) {
+    for (const ModelRef* ref : claimants) {
+      if (ref->group && !ref->from_source_option) place(*ref->group, name + ".apr", *ref);
+    }
+  }
+  for (const auto& [name, claimants] : by_name) {
+    const ModelRef* winner = claimants.size() == 1 ? claimants[0] : nullptr;
+    for (const ModelRef* ref : claimants) {
+      if (!winner && ref->from_source_option) winner = ref;
+    }
+    for (const ModelRef* ref : claimants) {
+      if (!winner && !ref->group) winner = ref;
+    }
+    if (winner) listing.top_files[name + ".apr"] = winner->key;
+    for (const ModelRef* ref : claimants) {
+      if (ref == winner || (ref->group && !ref->from_source_option)) continue;
+      if (ref->from_source_option && ref->group) {
+        place(*ref->group, name + ".apr", *ref);
+      } else {
+        listing.warnings.push_back(ref->key + ": not shown: " + name + ".apr already shows " +
+                                   (winner ? winner->key : "another model"));
+      }
+    }
+  }
+  return listing;
 }
 
 Catalog::Catalog(CatalogOptions options) : options_(std::move(options)) {}
@@ -127,7 +168,6 @@ std::shared_ptr<const Catalog::Listing> Catalog::Scan(bool force) {
   last_scan_ = now;
 
   std::vector<ModelRef> refs = Discover();
-  std::map<std::string, std::vector<const ModelRef*>> by_name;
   std::map<std::string, std::shared_ptr<Slot>> slots;
   for (const ModelRef& ref : refs) {
     if (slots.count(ref.key)) continue;  // the same folder named twice
@@ -143,30 +183,18 @@ std::shared_ptr<const Catalog::Listing> Catalog::Scan(bool force) {
       slot->ref = ref;
     }
     slots[ref.key] = slot;
-    by_name[ref.name].push_back(&slot->ref);
   }
-  auto listing = std::make_shared<Listing>();
-  for (const auto& [name, claimants] : by_name) {
-    const ModelRef* winner = claimants.size() == 1 ? claimants[0] : nullptr;
-    if (!winner) {
-      for (const ModelRef* ref : claimants) {
-        if (ref->from_source_option) {
-          winner = ref;
-          break;
-        }
-      }
-    }
-    if (winner) listing->top_files[name + ".apr"] = winner->key;
-    for (const ModelRef* ref : claimants) {
-      if (ref->org) listing->org_files[*ref->org][name + ".apr"] = ref->key;
-    }
+  auto listing = std::make_shared<Listing>(AssignNames(refs));
+  if (!listing_ || listing->warnings != listing_->warnings) {
+    for (const std::string& warning : listing->warnings) spdlog::warn("{}", warning);
   }
   slots_ = std::move(slots);
   listing_ = listing;
   return listing_;
 }
 
-std::shared_ptr<const BuiltModel> Catalog::Build(const ModelRef& ref, uint64_t file_id) const {
+std::shared_ptr<const BuiltModel> Catalog::Build(const ModelRef& ref, uint64_t file_id,
+                                                 std::vector<std::string>& files) const {
   auto built = std::make_shared<BuiltModel>();
   built->ref = ref;
   built->file_id = file_id;
@@ -175,7 +203,7 @@ std::shared_ptr<const BuiltModel> Catalog::Build(const ModelRef& ref, uint64_t f
     return built;
   }
   try {
-    LoadedModel loaded = LoadLocalModel(ref.dir, ref.name, ref.source_uri);
+    LoadedModel loaded = LoadLocalModel(ref.dir, ref.name, ref.source_uri, &files);
     ImportedModel imported = ImportShardSet(loaded.set);
     built->shard_count = loaded.sources.size();
     built->file = std::make_shared<VirtualFile>(ref.name + ".apr", std::move(imported.plan),
@@ -201,15 +229,21 @@ std::shared_ptr<const BuiltModel> Catalog::Get(const std::string& key) {
     slot = it->second;
   }
   std::lock_guard build_lock(slot->build_mu);
-  std::string fingerprint = FolderFingerprint(slot->ref.dir) + slot->ref.problem;
+  std::string fingerprint = FolderFingerprint(slot->ref.dir, slot->files);
   if (!slot->built || fingerprint != slot->built_fingerprint) {
     uint64_t file_id;
     {
       std::lock_guard lock(mu_);
       file_id = next_file_id_++;
     }
-    slot->built = Build(slot->ref, file_id);
-    slot->built_fingerprint = fingerprint;
+    std::vector<std::string> watched = slot->files;
+    slot->built = Build(slot->ref, file_id, slot->files);
+    // The fingerprint from before the build is the safe one: a change during the build then
+    // triggers another. Only files the build just learned of (shards in subfolders) need a
+    // new one.
+    slot->built_fingerprint = watched == slot->files
+                                  ? fingerprint
+                                  : FolderFingerprint(slot->ref.dir, slot->files);
   }
   return slot->built;
 }

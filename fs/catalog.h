@@ -25,7 +25,9 @@ struct CatalogOptions {
 struct ModelRef {
   std::string key;                  // unique: "hf:microsoft/phi-4" or "dir:/abs/path"
   std::string name;                 // "phi-4"
-  std::optional<std::string> org;   // "microsoft" for hub repos with a namespace
+  // The folder it is shown in besides the top level: the org of a hub repo ("microsoft"); for
+  // a --source model its parent folder's name, used only when it loses the short name.
+  std::optional<std::string> group;
   std::string dir;                  // folder holding the shards (snapshot or --source)
   std::optional<std::string> source_uri;
   std::string problem;              // non-empty when the repo cannot even be tried
@@ -53,6 +55,7 @@ class Catalog {
   struct Listing {
     std::map<std::string, std::string> top_files;
     std::map<std::string, std::map<std::string, std::string>> org_files;
+    std::vector<std::string> warnings;  // models left without a name, and why
   };
   // The current listing, rescanning the sources if the last scan is older than the interval.
   std::shared_ptr<const Listing> Scan(bool force = false);
@@ -69,10 +72,12 @@ class Catalog {
     std::mutex build_mu;
     std::shared_ptr<const BuiltModel> built;
     std::string built_fingerprint;
+    std::vector<std::string> files;  // what the last build read, relative to ref.dir
   };
 
   std::vector<ModelRef> Discover() const;
-  std::shared_ptr<const BuiltModel> Build(const ModelRef& ref, uint64_t file_id) const;
+  std::shared_ptr<const BuiltModel> Build(const ModelRef& ref, uint64_t file_id,
+                                          std::vector<std::string>& files) const;
 
   const CatalogOptions options_;
   std::mutex mu_;
@@ -82,8 +87,15 @@ class Catalog {
   uint64_t next_file_id_ = 2;  // 1 is the root in the FUSE namespace
 };
 
-// A fingerprint of the files a model is built from (names, sizes, mtimes, inodes): when it
-// changes, the plan is rebuilt.
-std::string FolderFingerprint(const std::string& dir);
+// A fingerprint of the files a model is built from (names, sizes, mtimes, inodes): the
+// folder's *.safetensors and *.json files plus `files` (paths relative to `dir`, e.g. shards
+// in a subfolder). When it changes, the plan is rebuilt.
+std::string FolderFingerprint(const std::string& dir, const std::vector<std::string>& files = {});
+
+// Which path shows which model (design.md "Names in the mount"): the short name when one
+// model claims it (else an explicit --source, else a hub repo without an org), the org folder
+// for hub repos, the parent folder's name for a --source model that lost its short name.
+// Models with a problem claim nothing.
+Catalog::Listing AssignNames(const std::vector<ModelRef>& refs);
 
 }  // namespace aprfs

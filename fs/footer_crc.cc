@@ -9,7 +9,9 @@
 namespace aprfs {
 
 FooterCrc::FooterCrc(uint64_t covered_length)
-    : length_(covered_length), blocks_((covered_length + kBlockSize - 1) / kBlockSize) {
+    : length_(covered_length),
+      block_count_((covered_length + kBlockSize - 1) / kBlockSize),
+      blocks_(block_count_) {
   if (length_ == 0) result_ = 0;
 }
 
@@ -30,11 +32,26 @@ void FooterCrc::Extend(size_t index, uint64_t start_in_block, std::string_view b
   std::string_view fresh = bytes.substr(covered - start_in_block);
   uint32_t extended = Crc32(fresh, crc);  // outside the lock: this is the costly part
   std::lock_guard lock(mu_);
+  if (result_) return;  // finished meanwhile: the blocks are gone
   Block& block = blocks_[index];
-  if (block.covered == covered) {  // nobody extended it meanwhile
-    block.covered = covered + static_cast<uint32_t>(fresh.size());
-    block.crc = extended;
+  if (block.covered != covered) return;  // somebody extended it meanwhile
+  block.covered = covered + static_cast<uint32_t>(fresh.size());
+  block.crc = extended;
+  if (block.covered == BlockLength(index)) {
+    ++complete_blocks_;
+    FinishIfComplete();
   }
+}
+
+void FooterCrc::FinishIfComplete() {
+  if (result_ || complete_blocks_ != block_count_) return;
+  uint32_t total = 0;
+  for (size_t index = 0; index < block_count_; ++index) {
+    total = Crc32Combine(total, blocks_[index].crc, BlockLength(index));
+  }
+  result_ = total;
+  blocks_.clear();
+  blocks_.shrink_to_fit();
 }
 
 void FooterCrc::Observe(uint64_t offset, std::string_view bytes) {
@@ -71,12 +88,16 @@ int FooterCrc::Compute(const RangeReader& read, const CancelCheck& cancelled, ui
   }
   constexpr size_t kChunk = 1 << 20;
   std::unique_ptr<char[]> buffer(new char[kChunk]);
-  for (size_t index = 0; index < blocks_.size(); ++index) {
+  for (size_t index = 0; index < block_count_; ++index) {
     uint64_t block_length = BlockLength(index);
     for (;;) {
       uint32_t covered;
       {
         std::lock_guard lock(mu_);
+        if (result_) {  // concurrent reads completed every block
+          *crc = *result_;
+          return 0;
+        }
         covered = blocks_[index].covered;
       }
       if (covered == block_length) break;
@@ -88,14 +109,8 @@ int FooterCrc::Compute(const RangeReader& read, const CancelCheck& cancelled, ui
     }
   }
   std::lock_guard lock(mu_);
-  uint32_t total = 0;
-  for (size_t index = 0; index < blocks_.size(); ++index) {
-    total = Crc32Combine(total, blocks_[index].crc, BlockLength(index));
-  }
-  result_ = total;
-  blocks_.clear();
-  blocks_.shrink_to_fit();
-  *crc = total;
+  FinishIfComplete();  // every block is complete by now
+  *crc = *result_;
   return 0;
 }
 

@@ -42,10 +42,14 @@ class FooterCrc {
   uint64_t BlockLength(size_t index) const;
   // Extends block `index` with `bytes` if they start exactly where its prefix ends.
   void Extend(size_t index, uint64_t start_in_block, std::string_view bytes);
+  // Combines the blocks into the result once all are complete. Requires mu_.
+  void FinishIfComplete();
 
   const uint64_t length_;
+  const size_t block_count_;
   mutable std::mutex mu_;
   std::vector<Block> blocks_;
+  size_t complete_blocks_ = 0;
   std::optional<uint32_t> result_;
   std::mutex compute_mu_;  // one full computation at a time
 };

@@ -29,12 +29,20 @@ std::shared_ptr<const BuiltModel> Namespace::Valid(const std::string& key) {
   return model && model->file ? model : nullptr;
 }
 
+bool Namespace::AnyValid(const std::map<std::string, std::string>& files) {
+  for (const auto& [name, key] : files) {
+    if (Valid(key)) return true;
+  }
+  return false;
+}
+
 std::optional<Namespace::Attr> Namespace::Lookup(uint64_t parent, const std::string& name) {
   std::shared_ptr<const Catalog::Listing> listing = catalog_.Scan();
   const std::map<std::string, std::string>* files = nullptr;
   if (parent == kRootInode) {
     auto org = listing->org_files.find(name);
     if (org != listing->org_files.end()) {
+      if (!AnyValid(org->second)) return std::nullopt;
       std::lock_guard lock(mu_);
       return DirAttr(OrgInode(name));
     }
@@ -80,9 +88,7 @@ std::optional<std::vector<Namespace::Entry>> Namespace::List(uint64_t inode) {
   const std::map<std::string, std::string>* files = nullptr;
   if (inode == kRootInode) {
     for (const auto& [org, org_files] : listing->org_files) {
-      bool any_valid = false;
-      for (const auto& [name, key] : org_files) any_valid = any_valid || Valid(key) != nullptr;
-      if (!any_valid) continue;
+      if (!AnyValid(org_files)) continue;
       std::lock_guard lock(mu_);
       entries.push_back({org, DirAttr(OrgInode(org))});
     }

@@ -53,6 +53,8 @@ class Namespace {
   uint64_t OrgInode(const std::string& org);  // requires mu_
   // The valid model behind `key`, or null.
   std::shared_ptr<const BuiltModel> Valid(const std::string& key);
+  // Whether a folder of the listing holds a model that would be shown.
+  bool AnyValid(const std::map<std::string, std::string>& files);
 
   Catalog& catalog_;
   const int64_t mount_time_ns_;
