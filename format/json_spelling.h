@@ -1,6 +1,5 @@
 #pragma once
 
-#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 
@@ -13,7 +12,5 @@ void AppendJsonString(std::string& out, std::string_view text);
 // f32 fields (rope_theta, rms_norm_eps) are printed as the shortest f32 that round-trips.
 void AppendJsonF32(std::string& out, float value);
 void AppendJsonF64(std::string& out, double value);
-// Any parsed value; object keys come out sorted byte-wise, as serde_json's BTreeMap does.
-void AppendJsonValue(std::string& out, const nlohmann::json& value);
 
 }  // namespace aprfs

@@ -247,12 +247,6 @@ TEST(JsonSpelling, StringEscapes) {
   EXPECT_EQ(Str(""), "\"\"");
 }
 
-TEST(JsonSpelling, ValuesSortKeysAndSpellNumbers) {
-  std::string out;
-  AppendJsonValue(out, json::parse(R"({"b":[1,-2,0.5,true,null],"a":{"z":"x","y":1e-6}})"));
-  EXPECT_EQ(out, R"({"a":{"y":1e-6,"z":"x"},"b":[1,-2,0.5,true,null]})");
-}
-
 // ---------------------------------------------------------------------------------------------
 // ParseModelConfig.
 
