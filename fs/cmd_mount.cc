@@ -14,6 +14,7 @@
 
 #include "fs/commands.h"
 #include "fs/fuse_adapter.h"
+#include "fs/mountinfo.h"
 #include "fs/namespace.h"
 
 extern char** environ;
@@ -94,8 +95,16 @@ int ServeInBackground(const MountArgs& args) {
     ssize_t n;
     while ((n = read(pipe_fds[0], buffer, sizeof(buffer))) > 0) message.append(buffer, n);
     close(pipe_fds[0]);
-    if (message == "ok") return 0;
-    if (message.empty()) message = "the daemon exited before the mount was ready";
+    // The kernel finishes the FUSE handshake with the daemon only on the first request, and
+    // the daemon can still fail it (bad -o values): a stat() is that first request.
+    struct stat st;
+    if (message == "ok" && stat(args.mountpoint.c_str(), &st) == 0) return 0;
+    if (message == "ok") {
+      message = "error:the daemon failed the FUSE handshake (" + std::string(std::strerror(errno)) +
+                ")" + (args.log_file.empty() ? "; run with -f to see why" : "; see " + args.log_file);
+      umount2(args.mountpoint.c_str(), MNT_DETACH);
+    }
+    if (message.empty()) message = "error:the daemon exited before the mount was ready";
     std::cerr << "aprfs mount: " << message.substr(message.find(':') + 1) << "\n";
     return 1;
   }
@@ -111,11 +120,16 @@ int ServeInBackground(const MountArgs& args) {
     close(report_fd);
     report_fd = -1;
     if (!ok) return;
-    // Detach from the terminal: logs go to --log-file, or nowhere.
+    // Detach from the caller's terminal or pipes: stderr (libfuse writes there too) goes to
+    // the log file, or nowhere.
     int null_fd = open("/dev/null", O_RDWR);
+    int err_fd = args.log_file.empty()
+                     ? null_fd
+                     : open(args.log_file.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
     dup2(null_fd, STDIN_FILENO);
     dup2(null_fd, STDOUT_FILENO);
-    if (args.log_file.empty()) dup2(null_fd, STDERR_FILENO);
+    dup2(err_fd >= 0 ? err_fd : null_fd, STDERR_FILENO);
+    if (err_fd > STDERR_FILENO && err_fd != null_fd) close(err_fd);
     if (null_fd > STDERR_FILENO) close(null_fd);
     if (chdir("/") != 0) spdlog::warn("chdir /: {}", std::strerror(errno));
   };
@@ -151,7 +165,18 @@ int RunProgram(std::vector<std::string> argv) {
 
 int RunUmount(const std::string& mountpoint) {
   std::error_code ec;
-  std::string path = std::filesystem::absolute(mountpoint, ec).string();
+  std::string path = std::filesystem::weakly_canonical(std::filesystem::absolute(mountpoint, ec), ec)
+                         .string();
+  std::optional<MountEntry> mount = FindMount(path);
+  if (!mount) {
+    std::cerr << "aprfs umount: " << path << ": nothing is mounted there\n";
+    return 1;
+  }
+  if (mount->type != "fuse.aprfs") {
+    std::cerr << "aprfs umount: " << path << ": not an aprfs mount (it is " << mount->type
+              << ")\n";
+    return 1;
+  }
   if (geteuid() == 0) {
     if (umount2(path.c_str(), 0) == 0) return 0;
     int err = errno;

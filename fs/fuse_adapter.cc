@@ -2,6 +2,7 @@
 // request into a Namespace or VirtualFile call and replies.
 #define FUSE_USE_VERSION 314
 #include "fs/fuse_adapter.h"
+#include "fs/mountinfo.h"
 
 #include <fuse_lowlevel.h>
 #include <spdlog/spdlog.h>
@@ -27,6 +28,7 @@ constexpr int kReadaheadKb = 1024;
 struct Session {
   Namespace& ns;
   std::string mountpoint;
+  unsigned max_read;  // from -o max_read=N; libfuse wants init() to repeat it
   std::once_flag readahead_tuned;
 };
 
@@ -61,7 +63,8 @@ double AttrTimeout(const Namespace::Attr& attr) {
   return attr.is_dir ? kDirAttrTimeout : kFileAttrTimeout;
 }
 
-void OnInit(void* /*userdata*/, struct fuse_conn_info* conn) {
+void OnInit(void* userdata, struct fuse_conn_info* conn) {
+  conn->max_read = static_cast<Session*>(userdata)->max_read;
   // More requests in flight lets the kernel's readahead overlap with our reads.
   conn->max_background = 64;
   conn->congestion_threshold = 48;
@@ -194,22 +197,16 @@ void OnStatfs(fuse_req_t req, fuse_ino_t /*ino*/) {
 // stat() of the mountpoint from a FUSE callback would wait on this very daemon. Best effort:
 // needs root.
 void TuneReadahead(const std::string& mountpoint) {
-  std::ifstream mountinfo("/proc/self/mountinfo");
-  std::string line;
-  while (std::getline(mountinfo, line)) {
-    std::istringstream fields(line);
-    std::string id, parent, device, root, point;
-    fields >> id >> parent >> device >> root >> point;
-    if (point != mountpoint) continue;
-    std::ofstream knob("/sys/class/bdi/" + device + "/read_ahead_kb");
-    knob << kReadaheadKb;
-    knob.flush();
-    if (knob) {
-      spdlog::debug("read_ahead_kb of {} set to {}", device, kReadaheadKb);
-    } else {
-      spdlog::info("cannot raise readahead of {} (needs root); sequential reads will be slower",
-                   mountpoint);
-    }
+  std::optional<MountEntry> mount = FindMount(mountpoint);
+  if (!mount) return;
+  std::ofstream knob("/sys/class/bdi/" + mount->device + "/read_ahead_kb");
+  knob << kReadaheadKb;
+  knob.flush();
+  if (knob) {
+    spdlog::debug("read_ahead_kb of {} set to {}", mount->device, kReadaheadKb);
+  } else {
+    spdlog::info("cannot raise readahead of {} (needs root); sequential reads will be slower",
+                 mountpoint);
   }
 }
 
@@ -229,6 +226,18 @@ const fuse_lowlevel_ops kOps = [] {
   return ops;
 }();
 
+unsigned MaxReadOption(const std::vector<std::string>& options) {
+  unsigned max_read = 0;
+  for (const std::string& option : options) {
+    std::istringstream list(option);
+    std::string item;
+    while (std::getline(list, item, ',')) {
+      if (item.rfind("max_read=", 0) == 0) max_read = static_cast<unsigned>(std::strtoul(item.c_str() + 9, nullptr, 10));
+    }
+  }
+  return max_read;
+}
+
 }  // namespace
 
 int ServeFuse(Namespace& ns, const FuseMountOptions& options,
@@ -242,7 +251,7 @@ int ServeFuse(Namespace& ns, const FuseMountOptions& options,
   for (std::string& arg : args) argv.push_back(arg.data());
   fuse_args fargs = FUSE_ARGS_INIT(static_cast<int>(argv.size()), argv.data());
 
-  Session context{ns, options.mountpoint, {}};
+  Session context{ns, options.mountpoint, MaxReadOption(options.fuse_options), {}};
   fuse_session* session = fuse_session_new(&fargs, &kOps, sizeof(kOps), &context);
   if (session == nullptr) {
     ready(false, "invalid FUSE options");
