@@ -23,16 +23,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::vector<std::string> ListDir(const std::string& dir) {
-  std::vector<std::string> names;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    names.push_back(entry.path().filename().string());
-  }
-  std::sort(names.begin(), names.end());
-  return names;
-}
-
 bool WaitUntilGone(pid_t pid, Millis timeout) {
   auto deadline = std::chrono::steady_clock::now() + timeout;
   while (ProcessAlive(pid)) {

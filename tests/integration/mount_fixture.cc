@@ -551,6 +551,16 @@ std::string SlurpOrEmpty(const std::string& path) {
   return text.str();
 }
 
+std::vector<std::string> ListDir(const std::string& dir) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    names.push_back(entry.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
 void DropPageCache(const std::string& path) {
   Fd fd(path, O_RDONLY);
   if (fd.ok()) posix_fadvise(fd.get(), 0, 0, POSIX_FADV_DONTNEED);

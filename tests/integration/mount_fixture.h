@@ -119,6 +119,8 @@ int64_t PreadFull(int fd, char* dst, uint64_t length, uint64_t offset);
 bool ReadWholeFile(const std::string& path, std::string* out, std::string* error,
                    size_t chunk = 1 << 20);
 std::string SlurpOrEmpty(const std::string& path);
+// The names in a folder, sorted (empty when it cannot be read).
+std::vector<std::string> ListDir(const std::string& dir);
 // Drops the clean page-cache pages of a file so the next reads reach the filesystem.
 void DropPageCache(const std::string& path);
 uint64_t FileSize(const std::string& path);

@@ -22,16 +22,6 @@ constexpr const char* kCommitA = "1111111111111111111111111111111111111111";
 constexpr const char* kCommitB = "2222222222222222222222222222222222222222";
 constexpr const char* kCommitC = "3333333333333333333333333333333333333333";
 
-std::vector<std::string> ListDir(const std::string& dir) {
-  std::vector<std::string> names;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    names.push_back(entry.path().filename().string());
-  }
-  std::sort(names.begin(), names.end());
-  return names;
-}
-
 // name -> size from `ls -ln`.
 std::map<std::string, uint64_t> LsSizes(const std::string& dir) {
   std::map<std::string, uint64_t> sizes;

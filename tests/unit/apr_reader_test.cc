@@ -18,6 +18,7 @@
 #include "format/apr_plan.h"
 #include "format/apr_reader.h"
 #include "format/error.h"
+#include "tests/support/materialize.h"
 #include "tests/support/model_writer.h"
 
 namespace aprfs {
@@ -90,18 +91,6 @@ ReadAt ReadAtString(const std::string& bytes) {
 
 AprFile Read(const std::string& file) { return ReadAprFile(ReadAtString(file), file.size()); }
 
-std::string Materialize(const AprPlan& plan, const std::vector<std::string>& payloads) {
-  std::string file = plan.prefix;
-  for (const AprDataExtent& e : plan.extents) {
-    file.resize(e.offset, '\0');
-    file += payloads[e.source].substr(e.source_offset, e.length);
-  }
-  file.resize(plan.footer_offset, '\0');
-  uint32_t crc = Zcrc(file);
-  for (int i = 0; i < 4; ++i) file += static_cast<char>((crc >> (8 * i)) & 0xFF);
-  return file;
-}
-
 // A file holding `tensors` (dtype codes given) with the given metadata text.
 std::string BuildFile(const std::string& metadata_json, const std::vector<TestTensor>& tensors,
                       const std::vector<uint8_t>& codes,
@@ -117,7 +106,7 @@ std::string BuildFile(const std::string& metadata_json, const std::vector<TestTe
                                                           : 0,
                                                       '\x11'));
   }
-  return Materialize(BuildAprPlan(metadata_json, specs), payloads);
+  return testing::MaterializePlan(BuildAprPlan(metadata_json, specs), payloads);
 }
 
 std::string BaseMetadata() {

@@ -17,6 +17,7 @@
 #include "format/apr_reader.h"
 #include "format/error.h"
 #include "format/model_import.h"
+#include "tests/support/materialize.h"
 #include "tests/support/model_writer.h"
 
 namespace aprfs {
@@ -37,25 +38,6 @@ std::string ReadFileBytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   EXPECT_TRUE(in.good()) << path;
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-// The whole virtual file: prefix, each extent's bytes from its source file, zero padding, CRC.
-std::string Materialize(const AprPlan& plan, const std::vector<std::string>& sources) {
-  std::string file = plan.prefix;
-  EXPECT_EQ(file.size(), plan.data_offset);
-  for (const AprDataExtent& e : plan.extents) {
-    EXPECT_GE(e.offset, file.size()) << "extents overlap or are unsorted";
-    file.resize(e.offset, '\0');
-    EXPECT_LE(e.source_offset + e.length, sources.at(e.source).size());
-    file += sources.at(e.source).substr(e.source_offset, e.length);
-  }
-  EXPECT_LE(file.size(), plan.footer_offset);
-  file.resize(plan.footer_offset, '\0');
-  uint32_t crc = static_cast<uint32_t>(
-      crc32(0, reinterpret_cast<const Bytef*>(file.data()), static_cast<uInt>(file.size())));
-  for (int i = 0; i < 4; ++i) file += static_cast<char>((crc >> (8 * i)) & 0xFF);
-  EXPECT_EQ(file.size(), plan.total_size);
-  return file;
 }
 
 ReadAt ReadAtString(const std::string& bytes) {
@@ -90,7 +72,7 @@ Imported ImportFolder(const std::string& dir, const std::string& name = "test-mo
   r.imported = ImportShardSet(r.loaded.set);
   std::vector<std::string> bytes;
   for (const Shard& shard : r.loaded.set.shards) bytes.push_back(ReadFileBytes(dir + "/" + shard.file));
-  r.file = Materialize(r.imported.plan, bytes);
+  r.file = testing::MaterializePlan(r.imported.plan, bytes);
   r.apr = ReadAprFile(ReadAtString(r.file), r.file.size());
   r.metadata_text = r.file.substr(r.apr.header.metadata_offset, r.apr.header.metadata_size);
   return r;

@@ -5,7 +5,6 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <spdlog/spdlog.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <atomic>
@@ -23,6 +22,7 @@
 #include "fetch/local_model.h"
 #include "format/model_import.h"
 #include "fs/virtual_file.h"
+#include "tests/support/materialize.h"
 #include "tests/support/model_writer.h"
 
 namespace aprfs {
@@ -35,26 +35,9 @@ using testing::TempDir;
 using testing::TestModel;
 using testing::WriteModel;
 
-uint32_t Zcrc(std::string_view bytes) {
-  return static_cast<uint32_t>(
-      crc32(0, reinterpret_cast<const Bytef*>(bytes.data()), static_cast<uInt>(bytes.size())));
-}
-
 std::string ReadFileBytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-std::string Materialize(const AprPlan& plan, const std::vector<std::string>& sources) {
-  std::string file = plan.prefix;
-  for (const AprDataExtent& e : plan.extents) {
-    file.resize(e.offset, '\0');
-    file += sources.at(e.source).substr(e.source_offset, e.length);
-  }
-  file.resize(plan.footer_offset, '\0');
-  uint32_t crc = Zcrc(file);
-  for (int i = 0; i < 4; ++i) file += static_cast<char>((crc >> (8 * i)) & 0xFF);
-  return file;
 }
 
 // A llama-like model with tied embeddings plus tensors whose sizes leave padding, an empty
@@ -89,7 +72,7 @@ class VirtualFileTest : public ::testing::Test {
       shard_files_.push_back(dir_ / shard.file);
       bytes.push_back(ReadFileBytes(dir_ / shard.file));
     }
-    reference_ = Materialize(imported.plan, bytes);
+    reference_ = testing::MaterializePlan(imported.plan, bytes);
     file_ = std::make_unique<VirtualFile>("padded.apr", imported.plan, loaded.sources);
     ASSERT_EQ(file_->size(), reference_.size());
   }
@@ -215,7 +198,7 @@ TEST_F(VirtualFileTest, PastEndOfFileAndClipping) {
 
 TEST_F(VirtualFileTest, FooterIsCrcOfEverythingBefore) {
   const uint64_t footer = plan().footer_offset;
-  uint32_t want = Zcrc(std::string_view(reference_).substr(0, footer));
+  uint32_t want = testing::ZlibCrc32(std::string_view(reference_).substr(0, footer));
   std::string bytes = Get(footer, 4);  // footer first: nothing observed yet
   ASSERT_EQ(bytes.size(), 4u);
   uint32_t got = 0;

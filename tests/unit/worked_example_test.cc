@@ -7,6 +7,7 @@
 #include "format/apr_metadata.h"
 #include "format/apr_plan.h"
 #include "format/crc32.h"
+#include "tests/support/materialize.h"
 
 namespace aprfs {
 namespace {
@@ -19,19 +20,6 @@ std::string F32Bytes(std::initializer_list<float> values) {
     out.append(b, 4);
   }
   return out;
-}
-
-// Materializes a plan whose sources are in-memory buffers: source i = payloads[i].
-std::string Materialize(const AprPlan& plan, const std::vector<std::string>& payloads) {
-  std::string file = plan.prefix;
-  for (const AprDataExtent& e : plan.extents) {
-    file.resize(e.offset, '\0');
-    file += payloads[e.source].substr(e.source_offset, e.length);
-  }
-  file.resize(plan.footer_offset, '\0');
-  uint32_t crc = Crc32(file);
-  for (int i = 0; i < 4; ++i) file += static_cast<char>((crc >> (8 * i)) & 0xFF);
-  return file;
 }
 
 std::string FromHexDump(const char* dump) {
@@ -82,7 +70,7 @@ TEST(WorkedExample, WholeFileIsByteIdentical) {
   std::vector<AprTensorSpec> tensors = {{"bias", 0, {3}, 12, 0, 0, std::nullopt},
                                         {"weight", 0, {2, 3}, 24, 1, 0, std::nullopt}};
   AprPlan plan = BuildAprPlan(SerializeAprMetadata(metadata), tensors);
-  std::string file = Materialize(plan, payloads);
+  std::string file = testing::MaterializePlan(plan, payloads);
   std::string expected = FromHexDump(kWorkedExample);
   ASSERT_EQ(expected.size(), 452u);
   EXPECT_EQ(plan.total_size, 452u);
@@ -106,7 +94,7 @@ TEST(WorkedExample, GoldenModelMatchesPinnedChecksums) {
   std::vector<AprTensorSpec> tensors = {{"bias", 0, {1}, 4, 0, 0, std::nullopt},
                                         {"weights", 0, {8}, 32, 1, 0, std::nullopt}};
   AprPlan plan = BuildAprPlan(json, tensors);
-  std::string file = Materialize(plan, payloads);
+  std::string file = testing::MaterializePlan(plan, payloads);
   ASSERT_EQ(file.size(), 516u);
   EXPECT_EQ(plan.data_offset, 384u);
   auto u32_at = [&](size_t at) {
