@@ -210,19 +210,35 @@ void TuneReadahead(const std::string& mountpoint) {
   }
 }
 
+// No exception may unwind into libfuse's C code: a request that throws (out of memory, a
+// filesystem error while scanning) fails with EIO and the daemon keeps serving.
+template <auto Fn>
+struct Guarded;
+template <typename... Args, void (*Fn)(fuse_req_t, Args...)>
+struct Guarded<Fn> {
+  static void Call(fuse_req_t req, Args... args) {
+    try {
+      Fn(req, args...);
+    } catch (const std::exception& e) {
+      spdlog::error("request failed: {}", e.what());
+      fuse_reply_err(req, EIO);
+    }
+  }
+};
+
 const fuse_lowlevel_ops kOps = [] {
   fuse_lowlevel_ops ops{};
   ops.init = OnInit;
-  ops.lookup = OnLookup;
+  ops.lookup = Guarded<OnLookup>::Call;
   ops.forget = OnForget;
   ops.forget_multi = OnForgetMulti;
-  ops.getattr = OnGetattr;
-  ops.open = OnOpen;
-  ops.read = OnRead;
+  ops.getattr = Guarded<OnGetattr>::Call;
+  ops.open = Guarded<OnOpen>::Call;
+  ops.read = Guarded<OnRead>::Call;
   ops.release = OnRelease;
-  ops.opendir = OnOpendir;
-  ops.readdir = OnReaddir;
-  ops.statfs = OnStatfs;
+  ops.opendir = Guarded<OnOpendir>::Call;
+  ops.readdir = Guarded<OnReaddir>::Call;
+  ops.statfs = Guarded<OnStatfs>::Call;
   return ops;
 }();
 
