@@ -15,8 +15,9 @@ void SourceOptions::AddTo(CLI::App& app) {
                  "Hugging Face hub cache to serve (default: $HF_HUB_CACHE, $HF_HOME/hub or "
                  "~/.cache/huggingface/hub)");
   app.add_flag("--no-hf-cache", no_hf_cache, "Do not serve models from the Hugging Face cache");
-  app.add_option("--source", sources,
-                 "A model folder, or a folder of model folders (repeatable)");
+  // One value per --source, so `--source DIR MOUNTPOINT` leaves the mountpoint alone.
+  app.add_option("--source", sources, "A model folder, or a folder of model folders (repeatable)")
+      ->allow_extra_args(false);
 }
 
 CatalogOptions SourceOptions::ToCatalogOptions() const {

@@ -198,7 +198,8 @@ void RegisterMount(CLI::App& app, int& exit_code) {
   cmd->add_option("MOUNTPOINT", args->mountpoint, "An existing, empty folder")->required();
   args->sources.AddTo(*cmd);
   cmd->add_flag("-f,--foreground", args->foreground, "Stay in the foreground (logs to stderr)");
-  cmd->add_option("-o", args->options, "FUSE mount options, comma-separated (allow_other...)");
+  cmd->add_option("-o", args->options, "FUSE mount options, comma-separated (allow_other...)")
+      ->allow_extra_args(false);
   cmd->add_option("--log-level", args->log_level, "trace, debug, info, warn, error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
   cmd->add_option("--log-file", args->log_file, "Write logs to FILE (default: stderr)");

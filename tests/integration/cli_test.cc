@@ -70,6 +70,21 @@ TEST_F(MountTest, BackgroundMountIsUsableWhenItReturnsAndUmountUnmounts) {
   EXPECT_FALSE(again.err.empty()) << "second umount failed without saying why";
 }
 
+// Options may come before the mountpoint, as with mount(8): `--source DIR MOUNTPOINT` must not
+// read the mountpoint as a second source folder.
+TEST_F(MountTest, RepeatedSourceOptionsBeforeTheMountpointTakeOneFolderEach) {
+  tw::WriteModel(root() + "/first/alpha", tw::LlamaLikeModel(1, 1, true, 7));
+  tw::WriteModel(root() + "/second/beta", tw::LlamaLikeModel(1, 2, true, 8));
+  AdoptMount(mountpoint());
+  ProcResult mount =
+      RunAprfs({"mount", "--source", root() + "/first", mountpoint(), "--no-hf-cache", "-o", "ro",
+                "--source", root() + "/second"},
+               30s);
+  ASSERT_EQ(mount.exit_code, 0) << mount.Describe();
+  EXPECT_EQ(ListDir(mountpoint()), (std::vector<std::string>{"alpha.apr", "beta.apr"}));
+  EXPECT_EQ(RunAprfs({"umount", mountpoint()}, 30s).exit_code, 0);
+}
+
 TEST_F(MountTest, MountOnMissingFolderOrFileFailsWithClearMessage) {
   tw::WriteModel(Model("m"), tw::LlamaLikeModel(1, 1));
   const std::string missing = root() + "/does-not-exist";
