@@ -100,12 +100,12 @@ int ServeInBackground(const MountArgs& args) {
     struct stat st;
     if (message == "ok" && stat(args.mountpoint.c_str(), &st) == 0) return 0;
     if (message == "ok") {
-      message = "error:the daemon failed the FUSE handshake (" + std::string(std::strerror(errno)) +
+      message = "the daemon failed the FUSE handshake (" + std::string(std::strerror(errno)) +
                 ")" + (args.log_file.empty() ? "; run with -f to see why" : "; see " + args.log_file);
       umount2(args.mountpoint.c_str(), MNT_DETACH);
     }
-    if (message.empty()) message = "error:the daemon exited before the mount was ready";
-    std::cerr << "aprfs mount: " << message.substr(message.find(':') + 1) << "\n";
+    if (message.empty()) message = "the daemon exited before the mount was ready";
+    std::cerr << "aprfs mount: " << message << "\n";
     return 1;
   }
   close(pipe_fds[0]);
@@ -113,7 +113,7 @@ int ServeInBackground(const MountArgs& args) {
   SetUpLogging(args.log_level, args.log_file);
   int report_fd = pipe_fds[1];
   auto report = [&](bool ok, const std::string& message) {
-    std::string text = ok ? "ok" : "error:" + message;
+    std::string text = ok ? "ok" : message;
     if (write(report_fd, text.data(), text.size()) < 0) {
       // The parent is gone; nothing left to tell.
     }
