@@ -13,18 +13,164 @@ using nlohmann::json;
 // Ids are bounded so a forged tokenizer cannot make us allocate a huge vocabulary.
 constexpr uint64_t kMaxVocabulary = 1u << 24;
 
-std::optional<uint64_t> FirstAddedToken(const json& root, bool (*matches)(std::string_view)) {
-  auto added = root.find("added_tokens");
-  if (added == root.end() || !added->is_array()) return std::nullopt;
-  for (const json& token : *added) {
-    if (!token.is_object()) continue;
-    auto content = token.find("content");
-    auto id = token.find("id");
-    if (content == token.end() || !content->is_string() || id == token.end() ||
-        !id->is_number_unsigned()) {
-      continue;
+// Reads the few parts of tokenizer.json we embed while streaming through it (a SAX pass):
+// a DOM of a large tokenizer costs several times its size in memory, in the daemon.
+class TokenizerReader : public nlohmann::json_sax<json> {
+ public:
+  // Where a container sits; decides what its values mean.
+  enum class Role { Root, Model, VocabObject, VocabArray, VocabPair, Merges, MergePair, Added,
+                    AddedToken, Other };
+
+  bool root_is_object = false;
+  std::string error;
+  std::optional<std::string> model_type;
+  std::vector<std::pair<uint64_t, std::string>> vocab_ids;    // {token: id} form, file order
+  std::vector<std::string> pieces;                             // [[piece, score]] form
+  std::vector<double> scores;
+  bool pairs_ok = true;
+  std::vector<std::string> merges;
+  std::vector<std::pair<uint64_t, std::string>> added_tokens;  // file order
+
+  bool null() override { return Scalar(Value{}); }
+  bool boolean(bool) override { return Scalar(Value{}); }
+  bool number_integer(number_integer_t v) override {
+    return Scalar(Value{static_cast<double>(v), std::nullopt, nullptr});
+  }
+  bool number_unsigned(number_unsigned_t v) override {
+    return Scalar(Value{static_cast<double>(v), v, nullptr});
+  }
+  bool number_float(number_float_t v, const string_t&) override {
+    return Scalar(Value{v, std::nullopt, nullptr});
+  }
+  bool string(string_t& v) override { return Scalar(Value{std::nullopt, std::nullopt, &v}); }
+  bool binary(binary_t&) override { return Scalar(Value{}); }
+  bool key(string_t& k) override {
+    stack_.back().key = std::move(k);
+    return true;
+  }
+  bool start_object(std::size_t) override { return Open(false); }
+  bool start_array(std::size_t) override { return Open(true); }
+  bool end_object() override { return Close(); }
+  bool end_array() override { return Close(); }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) override {
+    error = e.what();
+    return false;
+  }
+
+ private:
+  struct Frame {
+    Role role;
+    bool array;
+    std::string key;   // current key, for objects
+    size_t items = 0;  // values seen, for arrays
+  };
+  struct Value {
+    std::optional<double> number;
+    std::optional<uint64_t> id;
+    std::string* text = nullptr;
+  };
+
+  Role ChildRole(bool array) const {
+    if (stack_.empty()) return Role::Root;
+    const Frame& parent = stack_.back();
+    switch (parent.role) {
+      case Role::Root:
+        if (parent.key == "model" && !array) return Role::Model;
+        if (parent.key == "added_tokens" && array) return Role::Added;
+        return Role::Other;
+      case Role::Model:
+        if (parent.key == "vocab") return array ? Role::VocabArray : Role::VocabObject;
+        if (parent.key == "merges" && array) return Role::Merges;
+        return Role::Other;
+      case Role::VocabArray: return array ? Role::VocabPair : Role::Other;
+      case Role::Merges: return array ? Role::MergePair : Role::Other;
+      case Role::Added: return array ? Role::Other : Role::AddedToken;
+      default: return Role::Other;
     }
-    if (matches(content->get_ref<const std::string&>())) return id->get<uint64_t>();
+  }
+
+  bool Open(bool array) {
+    if (stack_.empty()) root_is_object = !array;
+    Role role = ChildRole(array);
+    if (!stack_.empty() && stack_.back().role == Role::VocabArray && role != Role::VocabPair) {
+      pairs_ok = false;
+    }
+    if (!stack_.empty()) ++stack_.back().items;
+    stack_.push_back({role, array, {}, 0});
+    if (role == Role::VocabPair) pair_ = {};
+    if (role == Role::MergePair) merge_ = {};
+    if (role == Role::AddedToken) added_ = {};
+    return true;
+  }
+
+  bool Close() {
+    Frame frame = std::move(stack_.back());
+    stack_.pop_back();
+    if (frame.role == Role::VocabPair) {
+      if (frame.items == 2 && pair_.piece && pair_.score) {
+        pieces.push_back(std::move(*pair_.piece));
+        scores.push_back(*pair_.score);
+      } else {
+        pairs_ok = false;
+      }
+    } else if (frame.role == Role::MergePair && frame.items == 2 && merge_.size() == 2) {
+      merges.push_back(merge_[0] + " " + merge_[1]);
+    } else if (frame.role == Role::AddedToken && added_.content && added_.id) {
+      added_tokens.emplace_back(*added_.id, std::move(*added_.content));
+    }
+    return true;
+  }
+
+  bool Scalar(const Value& value) {
+    if (stack_.empty()) return true;  // a root that is not an object: reported by the caller
+    Frame& frame = stack_.back();
+    size_t index = frame.items++;
+    switch (frame.role) {
+      case Role::Model:
+        if (frame.key == "type" && value.text) model_type = *value.text;
+        break;
+      case Role::VocabObject:
+        if (value.id) vocab_ids.emplace_back(*value.id, frame.key);
+        break;
+      case Role::VocabArray:
+        pairs_ok = false;  // an element that is not a [piece, score] pair
+        break;
+      case Role::VocabPair:
+        if (index == 0 && value.text) pair_.piece = std::move(*value.text);
+        if (index == 1 && value.number) pair_.score = *value.number;
+        break;
+      case Role::Merges:
+        if (value.text) merges.push_back(std::move(*value.text));
+        break;
+      case Role::MergePair:
+        if (value.text && index < 2) merge_.push_back(std::move(*value.text));
+        break;
+      case Role::AddedToken:
+        if (frame.key == "content" && value.text) added_.content = std::move(*value.text);
+        if (frame.key == "id" && value.id) added_.id = *value.id;
+        break;
+      default:
+        break;
+    }
+    return true;
+  }
+
+  std::vector<Frame> stack_;
+  struct {
+    std::optional<std::string> piece;
+    std::optional<double> score;
+  } pair_;
+  std::vector<std::string> merge_;
+  struct {
+    std::optional<std::string> content;
+    std::optional<uint64_t> id;
+  } added_;
+};
+
+std::optional<uint64_t> FirstAddedToken(const TokenizerReader& reader,
+                                        bool (*matches)(std::string_view)) {
+  for (const auto& [id, content] : reader.added_tokens) {
+    if (matches(content)) return id;
   }
   return std::nullopt;
 }
@@ -37,25 +183,12 @@ bool LooksLikeEos(std::string_view s) {
   return s.find("eos") != std::string_view::npos || s == "</s>" || s == "<|eot_id|>";
 }
 
-// BPE/WordPiece: `model.vocab` is {token: id}; added_tokens overlay it.
-void ReadVocabObject(const json& root, const json& vocab, const ModelConfig& config,
-                     EmbeddedTokenizer& out, std::string_view file) {
+// BPE/WordPiece: `model.vocab` is {token: id}; added_tokens overlay it, the later one winning.
+void VocabularyById(TokenizerReader& reader, const ModelConfig& config, EmbeddedTokenizer& out,
+                    std::string_view file) {
   std::map<uint64_t, std::string> by_id;
-  for (const auto& [token, id] : vocab.items()) {
-    if (id.is_number_unsigned()) by_id[id.get<uint64_t>()] = token;
-  }
-  auto added = root.find("added_tokens");
-  if (added != root.end() && added->is_array()) {
-    for (const json& token : *added) {
-      if (!token.is_object()) continue;
-      auto content = token.find("content");
-      auto id = token.find("id");
-      if (content != token.end() && content->is_string() && id != token.end() &&
-          id->is_number_unsigned()) {
-        by_id[id->get<uint64_t>()] = content->get<std::string>();
-      }
-    }
-  }
+  for (auto& [id, token] : reader.vocab_ids) by_id[id] = std::move(token);
+  for (auto& [id, token] : reader.added_tokens) by_id[id] = token;
   if (by_id.empty()) return;
   uint64_t size = std::max(config.vocab_size.value_or(0), by_id.rbegin()->first + 1);
   if (size > kMaxVocabulary) {
@@ -67,30 +200,23 @@ void ReadVocabObject(const json& root, const json& vocab, const ModelConfig& con
   for (auto& [id, token] : by_id) out.vocabulary[id] = std::move(token);
 }
 
-// Unigram: `model.vocab` is [[piece, score], ...] in id order.
-void ReadVocabPairs(const json& vocab, EmbeddedTokenizer& out) {
-  for (const json& pair : vocab) {
-    if (!pair.is_array() || pair.size() != 2 || !pair[0].is_string() || !pair[1].is_number()) {
-      out.vocabulary.clear();
-      out.scores.clear();
-      return;
+// Streams `text` through `reader`, retrying with Python's NaN/Infinity spellings rewritten
+// (aprender tolerates them the same way).
+void Read(std::string_view text, TokenizerReader& reader, std::string_view file) {
+  if (json::sax_parse(text.begin(), text.end(), &reader)) return;
+  std::string patched(text);
+  for (auto [from, to] : {std::pair<std::string_view, std::string_view>{"-Infinity", "-1e308"},
+                          {"Infinity", "1e308"},
+                          {"NaN", "null"}}) {
+    for (size_t at = patched.find(from); at != std::string::npos;
+         at = patched.find(from, at + to.size())) {
+      patched.replace(at, from.size(), to);
     }
-    out.vocabulary.push_back(pair[0].get<std::string>());
-    out.scores.push_back(pair[1].get<double>());
   }
-}
-
-void ReadMerges(const json& model, EmbeddedTokenizer& out) {
-  auto merges = model.find("merges");
-  if (merges == model.end() || !merges->is_array()) return;
-  out.merges.reserve(merges->size());
-  for (const json& merge : *merges) {
-    if (merge.is_string()) {
-      out.merges.push_back(merge.get<std::string>());
-    } else if (merge.is_array() && merge.size() == 2 && merge[0].is_string() &&
-               merge[1].is_string()) {
-      out.merges.push_back(merge[0].get<std::string>() + " " + merge[1].get<std::string>());
-    }
+  std::string first_error = reader.error;
+  reader = TokenizerReader();
+  if (!json::sax_parse(patched.begin(), patched.end(), &reader)) {
+    throw FormatError(std::string(file) + ": not valid JSON: " + first_error);
   }
 }
 
@@ -98,30 +224,22 @@ void ReadMerges(const json& model, EmbeddedTokenizer& out) {
 
 EmbeddedTokenizer ParseTokenizerJson(std::string_view text, const ModelConfig& config,
                                      std::string_view file) {
-  json root;
-  try {
-    root = ParseLenientJson(text);
-  } catch (const json::exception& e) {
-    throw FormatError(std::string(file) + ": not valid JSON: " + e.what());
-  }
-  if (!root.is_object()) throw FormatError(std::string(file) + ": must be a JSON object");
+  TokenizerReader reader;
+  Read(text, reader, file);
+  if (!reader.root_is_object) throw FormatError(std::string(file) + ": must be a JSON object");
 
   EmbeddedTokenizer out;
-  auto model = root.find("model");
-  if (model == root.end() || !model->is_object()) return out;
-  auto type = model->find("type");
-  if (type != model->end() && type->is_string()) out.model_type = type->get<std::string>();
-  auto vocab = model->find("vocab");
-  if (vocab == model->end()) return out;
-  if (vocab->is_object()) {
-    ReadVocabObject(root, *vocab, config, out, file);
-  } else if (vocab->is_array()) {
-    ReadVocabPairs(*vocab, out);
+  out.model_type = reader.model_type;
+  if (!reader.vocab_ids.empty()) {
+    VocabularyById(reader, config, out, file);
+  } else if (!reader.pieces.empty() && reader.pairs_ok) {
+    out.vocabulary = std::move(reader.pieces);
+    out.scores = std::move(reader.scores);
   }
   if (out.vocabulary.empty()) return EmbeddedTokenizer{};
-  ReadMerges(*model, out);
-  out.bos_token_id = config.bos_token_id ? config.bos_token_id : FirstAddedToken(root, LooksLikeBos);
-  out.eos_token_id = config.eos_token_id ? config.eos_token_id : FirstAddedToken(root, LooksLikeEos);
+  out.merges = std::move(reader.merges);
+  out.bos_token_id = config.bos_token_id ? config.bos_token_id : FirstAddedToken(reader, LooksLikeBos);
+  out.eos_token_id = config.eos_token_id ? config.eos_token_id : FirstAddedToken(reader, LooksLikeEos);
   return out;
 }
 
