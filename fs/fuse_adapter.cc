@@ -269,6 +269,7 @@ int ServeFuse(Namespace& ns, const FuseMountOptions& options,
 
   Session context{ns, options.mountpoint, MaxReadOption(options.fuse_options), {}};
   fuse_session* session = fuse_session_new(&fargs, &kOps, sizeof(kOps), &context);
+  fuse_opt_free_args(&fargs);  // option parsing replaced them with a copy libfuse allocated
   if (session == nullptr) {
     ready(false, "invalid FUSE options");
     return 1;
