@@ -210,7 +210,7 @@ std::shared_ptr<const BuiltModel> Catalog::Build(const ModelRef& ref, uint64_t f
                                                 std::move(loaded.sources));
     built->mtime_ns = NewestMtime(*built->file);
     loaded = {};
-    malloc_trim(0);  // parsing tokenizer.json leaves tens of MB of freed heap behind
+    malloc_trim(0);  // building a plan leaves megabytes of freed heap behind
     spdlog::info("{}: {} tensors from {} shards, {} bytes", ref.key,
                  built->file->plan().tensor_count, built->shard_count, built->file->size());
   } catch (const std::exception& e) {
@@ -249,7 +249,7 @@ std::shared_ptr<const BuiltModel> Catalog::Get(const std::string& key) {
 }
 
 std::vector<std::shared_ptr<const BuiltModel>> Catalog::All() {
-  std::shared_ptr<const Listing> listing = Scan(true);
+  Scan(true);
   std::vector<std::string> keys;
   {
     std::lock_guard lock(mu_);
