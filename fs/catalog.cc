@@ -148,16 +148,42 @@ Catalog::Listing AssignNames(const std::vector<ModelRef>& refs) {
   return listing;
 }
 
-Catalog::Catalog(CatalogOptions options) : options_(std::move(options)) {}
+Catalog::Catalog(CatalogOptions options) : options_(std::move(options)) {
+  if (!options_.repos.empty()) remote_ = std::make_unique<RemoteContext>(options_.hub, options_.remote);
+}
+
+namespace {
+
+ModelRef FromRepoOption(const RemoteRepoSpec& spec) {
+  ModelRef ref;
+  ref.key = "hf:" + spec.repo_id;
+  size_t slash = spec.repo_id.find('/');
+  if (slash == std::string::npos) {
+    ref.name = spec.repo_id;
+  } else {
+    ref.group = spec.repo_id.substr(0, slash);
+    ref.name = spec.repo_id.substr(slash + 1);
+  }
+  ref.source_uri = "hf://" + spec.repo_id;
+  ref.remote = spec;
+  return ref;
+}
+
+}  // namespace
 
 std::vector<ModelRef> Catalog::Discover() const {
   std::vector<ModelRef> refs;
+  // A --repo that is also in the local HF cache is one model: the --repo entry comes first and
+  // the cache's entry of the same key is dropped (its complete shards are still read locally).
+  for (const RemoteRepoSpec& spec : options_.repos) refs.push_back(FromRepoOption(spec));
   for (const std::string& source : options_.sources) {
     for (ModelRef& ref : FromSourceOption(source)) refs.push_back(std::move(ref));
   }
   if (options_.hf_cache) {
     for (ModelRef& ref : FromHfCache(*options_.hf_cache)) refs.push_back(std::move(ref));
   }
+  std::set<std::string> keys;
+  std::erase_if(refs, [&](const ModelRef& ref) { return !keys.insert(ref.key).second; });
   return refs;
 }
 
@@ -203,12 +229,18 @@ std::shared_ptr<const BuiltModel> Catalog::Build(const ModelRef& ref, uint64_t f
     return built;
   }
   try {
-    LoadedModel loaded = LoadLocalModel(ref.dir, ref.name, ref.source_uri, &files);
+    LoadedModel loaded = ref.remote ? LoadRemoteModel(*remote_, *ref.remote)
+                                    : LoadLocalModel(ref.dir, ref.name, ref.source_uri, &files);
     ImportedModel imported = ImportShardSet(loaded.set);
     built->shard_count = loaded.sources.size();
     built->file = std::make_shared<VirtualFile>(ref.name + ".apr", std::move(imported.plan),
                                                 std::move(loaded.sources));
     built->mtime_ns = NewestMtime(*built->file);
+    if (built->mtime_ns == 0) {  // nothing local yet: the time the model was first planned
+      built->mtime_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                            std::chrono::system_clock::now().time_since_epoch())
+                            .count();
+    }
     loaded = {};
     malloc_trim(0);  // building a plan leaves megabytes of freed heap behind
     spdlog::info("{}: {} tensors from {} shards, {} bytes", ref.key,
@@ -229,7 +261,7 @@ std::shared_ptr<const BuiltModel> Catalog::Get(const std::string& key) {
     slot = it->second;
   }
   std::lock_guard build_lock(slot->build_mu);
-  std::string fingerprint = FolderFingerprint(slot->ref.dir, slot->files);
+  std::string fingerprint = Fingerprint(*slot);
   if (!slot->built || fingerprint != slot->built_fingerprint) {
     uint64_t file_id;
     {
@@ -241,11 +273,20 @@ std::shared_ptr<const BuiltModel> Catalog::Get(const std::string& key) {
     // The fingerprint from before the build is the safe one: a change during the build then
     // triggers another. Only files the build just learned of (shards in subfolders) need a
     // new one.
-    slot->built_fingerprint = watched == slot->files
+    slot->built_fingerprint = watched == slot->files && !slot->ref.remote
                                   ? fingerprint
-                                  : FolderFingerprint(slot->ref.dir, slot->files);
+                                  : Fingerprint(*slot);
   }
   return slot->built;
+}
+
+std::string Catalog::Fingerprint(const Slot& slot) const {
+  if (!slot.ref.remote) return FolderFingerprint(slot.ref.dir, slot.files);
+  // A remote model is pinned to its commit: built once. One that failed (the Hub unreachable)
+  // is tried again every 30 s.
+  if (slot.built && slot.built->file) return "remote";
+  auto now = std::chrono::steady_clock::now().time_since_epoch();
+  return "remote-retry-" + std::to_string(std::chrono::duration_cast<std::chrono::seconds>(now).count() / 30);
 }
 
 std::vector<std::shared_ptr<const BuiltModel>> Catalog::All() {

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "fetch/remote_model.h"
 #include "fs/virtual_file.h"
 
 namespace aprfs {
@@ -17,6 +18,9 @@ namespace aprfs {
 struct CatalogOptions {
   std::optional<std::string> hf_cache;  // nullopt: no HF cache
   std::vector<std::string> sources;     // --source folders
+  std::vector<RemoteRepoSpec> repos;    // --repo: models read from the Hub
+  HubConfig hub;                        // how to reach it
+  RemoteSettings remote;                // caches and connections for the --repo models
   // How long a scan of the sources stays fresh before a lookup or a listing rescans them.
   std::chrono::milliseconds rescan_interval{1000};
 };
@@ -32,6 +36,7 @@ struct ModelRef {
   std::optional<std::string> source_uri;
   std::string problem;              // non-empty when the repo cannot even be tried
   bool from_source_option = false;  // an explicit --source wins a short name
+  std::optional<RemoteRepoSpec> remote;  // a --repo: built from the Hub (and local copies)
 };
 
 // A model whose plan was built, or the reason it was rejected.
@@ -74,12 +79,15 @@ class Catalog {
     std::string built_fingerprint;
     std::vector<std::string> files;  // what the last build read, relative to ref.dir
   };
+  // What decides whether a slot's model must be rebuilt. Requires the slot's build_mu.
+  std::string Fingerprint(const Slot& slot) const;
 
   std::vector<ModelRef> Discover() const;
   std::shared_ptr<const BuiltModel> Build(const ModelRef& ref, uint64_t file_id,
                                           std::vector<std::string>& files) const;
 
   const CatalogOptions options_;
+  std::unique_ptr<RemoteContext> remote_;  // download workers: only when there are --repo models
   std::mutex mu_;
   std::chrono::steady_clock::time_point last_scan_{};
   std::shared_ptr<const Listing> listing_;

@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "fetch/hf_cache.h"
+#include "fs/config_file.h"
 #include "fs/commands.h"
 
 #include <spdlog/sinks/basic_file_sink.h>
@@ -18,19 +19,73 @@ void SourceOptions::AddTo(CLI::App& app) {
   // One value per --source, so `--source DIR MOUNTPOINT` leaves the mountpoint alone.
   app.add_option("--source", sources, "A model folder, or a folder of model folders (repeatable)")
       ->allow_extra_args(false);
+  app.add_option("--repo", repos,
+                 "A Hub model read lazily over HTTP: ORG/NAME[@REVISION] (repeatable)")
+      ->allow_extra_args(false);
+  app.add_option("--config", config,
+                 "JSON config file (default: ~/.config/aprfs/config.json when it exists)");
+  app.add_option("--cache-dir", cache_dir,
+                 "Chunk and metadata cache of remote models (default: ~/.cache/aprfs)");
+  app.add_option("--cache-size", cache_size,
+                 "Size limit of the chunk cache, e.g. 100G (default: none); least recently "
+                 "used chunks are evicted");
+  app.add_option("--max-connections", max_connections,
+                 "Parallel HTTP connections for remote models (default: 8)")
+      ->check(CLI::Range(1, 256));
 }
 
+namespace {
+
+std::string DefaultCacheDir() {
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) return std::string(xdg) + "/aprfs";
+  const char* home = std::getenv("HOME");
+  return std::string(home ? home : "") + "/.cache/aprfs";
+}
+
+std::string Absolute(const std::string& path) {
+  std::error_code ec;
+  return std::filesystem::absolute(path, ec).string();
+}
+
+}  // namespace
+
 CatalogOptions SourceOptions::ToCatalogOptions() const {
+  ConfigFile file;
+  std::error_code ec;
+  if (!config.empty()) {
+    file = LoadConfigFile(config);
+  } else if (std::filesystem::exists(DefaultConfigPath(), ec)) {
+    file = LoadConfigFile(DefaultConfigPath());
+  }
   CatalogOptions options;
-  if (!no_hf_cache) {
-    options.hf_cache = hf_cache.empty() ? DefaultHfHubCache() : hf_cache;
-    std::error_code ec;
-    options.hf_cache = std::filesystem::absolute(*options.hf_cache, ec).string();
+  if (!no_hf_cache && !file.no_hf_cache.value_or(false)) {
+    options.hf_cache = Absolute(!hf_cache.empty() ? hf_cache : file.hf_cache.value_or(DefaultHfHubCache()));
   }
-  for (const std::string& source : sources) {
-    std::error_code ec;
-    options.sources.push_back(std::filesystem::absolute(source, ec).string());
+  std::vector<std::string> all_sources = file.sources;
+  all_sources.insert(all_sources.end(), sources.begin(), sources.end());
+  for (const std::string& source : all_sources) options.sources.push_back(Absolute(source));
+  std::vector<std::string> all_repos = file.repos;
+  all_repos.insert(all_repos.end(), repos.begin(), repos.end());
+  for (const std::string& text : all_repos) {
+    std::optional<RemoteRepoSpec> spec = ParseRepoSpec(text);
+    if (!spec) {
+      throw std::runtime_error("--repo " + text + ": expected ORG/NAME[@REVISION] with a valid "
+                               "repo id (letters, digits, '-', '_', '.')");
+    }
+    options.repos.push_back(*spec);
   }
+  if (options.repos.empty()) return options;
+  RemoteSettings& settings = options.remote;
+  settings.cache_dir = Absolute(!cache_dir.empty() ? cache_dir : file.cache_dir.value_or(DefaultCacheDir()));
+  std::string size = !cache_size.empty() ? cache_size : file.cache_size.value_or("");
+  if (!size.empty()) {
+    std::optional<uint64_t> bytes = ParseSize(size);
+    if (!bytes) throw std::runtime_error("--cache-size " + size + ": expected a size like 100G");
+    settings.cache_limit = *bytes;
+  }
+  settings.connections = max_connections ? max_connections : file.max_connections.value_or(8);
+  settings.hf_cache = options.hf_cache;
+  options.hub = HubConfig::FromEnvironment();
   return options;
 }
 

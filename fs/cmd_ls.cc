@@ -25,7 +25,14 @@ std::map<std::string, std::vector<std::string>> PathsByKey(const Catalog::Listin
 }
 
 int RunLs(const LsArgs& args) {
-  Catalog catalog(args.sources.ToCatalogOptions());
+  CatalogOptions options;
+  try {
+    options = args.sources.ToCatalogOptions();
+  } catch (const std::exception& e) {
+    std::cerr << "aprfs ls: " << e.what() << "\n";
+    return 1;
+  }
+  Catalog catalog(options);
   std::vector<std::shared_ptr<const BuiltModel>> models = catalog.All();
   auto paths = PathsByKey(*catalog.Scan());
 

@@ -56,9 +56,9 @@ std::vector<std::string> FuseOptions(const MountArgs& args) {
 }
 
 // Runs the daemon in this process; `report` says once whether the mount came up.
-int Serve(const MountArgs& args, const std::function<void(bool, const std::string&)>& report) {
+int Serve(const MountArgs& args, const CatalogOptions& catalog_options,
+          const std::function<void(bool, const std::string&)>& report) {
   RaiseFileLimit();
-  CatalogOptions catalog_options = args.sources.ToCatalogOptions();
   Catalog catalog(catalog_options);
   catalog.Scan(true);  // discovery only: plans are built on first lookup
   Namespace ns(catalog);
@@ -68,16 +68,16 @@ int Serve(const MountArgs& args, const std::function<void(bool, const std::strin
   return ServeFuse(ns, fuse, [&](bool ok, const std::string& message) {
     report(ok, message);
     if (ok) {
-      spdlog::info("serving {} (HF cache: {}, {} source folder(s))", args.mountpoint,
-                   args.sources.no_hf_cache ? "off" : *catalog_options.hf_cache,
-                   args.sources.sources.size());
+      spdlog::info("serving {} (HF cache: {}, {} source folder(s), {} Hub repo(s))",
+                   args.mountpoint, catalog_options.hf_cache.value_or("off"),
+                   catalog_options.sources.size(), catalog_options.repos.size());
     }
   });
 }
 
 // Forks; the parent returns once the child's mount is up (0) or failed (1, message printed),
 // so `aprfs mount` behaves like mount(8) and scripts can use the mount right after it.
-int ServeInBackground(const MountArgs& args) {
+int ServeInBackground(const MountArgs& args, const CatalogOptions& catalog_options) {
   int pipe_fds[2];
   if (pipe(pipe_fds) != 0) {
     std::perror("aprfs mount: pipe");
@@ -133,7 +133,7 @@ int ServeInBackground(const MountArgs& args) {
     if (null_fd > STDERR_FILENO) close(null_fd);
     if (chdir("/") != 0) spdlog::warn("chdir /: {}", std::strerror(errno));
   };
-  _exit(Serve(args, report));
+  _exit(Serve(args, catalog_options, report));
 }
 
 int RunMount(MountArgs args) {
@@ -145,9 +145,17 @@ int RunMount(MountArgs args) {
     std::cerr << "aprfs mount: " << args.mountpoint << ": not an existing folder\n";
     return 1;
   }
-  if (!args.foreground) return ServeInBackground(args);
+  // Options are checked before the fork, so their errors reach the caller's terminal.
+  CatalogOptions catalog_options;
+  try {
+    catalog_options = args.sources.ToCatalogOptions();
+  } catch (const std::exception& e) {
+    std::cerr << "aprfs mount: " << e.what() << "\n";
+    return 1;
+  }
+  if (!args.foreground) return ServeInBackground(args, catalog_options);
   SetUpLogging(args.log_level, args.log_file);
-  return Serve(args, [](bool ok, const std::string& message) {
+  return Serve(args, catalog_options, [](bool ok, const std::string& message) {
     if (!ok) spdlog::error("mount failed: {}", message);
   });
 }

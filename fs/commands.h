@@ -8,13 +8,20 @@
 
 namespace aprfs {
 
-// Options shared by the verbs that look at models (`mount`, `ls`).
+// Options shared by the verbs that look at models (`mount`, `ls`), merged with the config file
+// (the command line wins; lists add up).
 struct SourceOptions {
   std::string hf_cache;  // empty: the default of hf-hub.md §5
   bool no_hf_cache = false;
   std::vector<std::string> sources;
+  std::vector<std::string> repos;  // ORG/NAME[@REVISION]
+  std::string config;              // empty: DefaultConfigPath() if it exists
+  std::string cache_dir;           // empty: $XDG_CACHE_HOME/aprfs or ~/.cache/aprfs
+  std::string cache_size;          // empty: no limit
+  unsigned max_connections = 0;    // 0: 8
 
   void AddTo(CLI::App& app);
+  // Throws std::runtime_error for a bad --repo, --cache-size or config file.
   CatalogOptions ToCatalogOptions() const;
 };
 

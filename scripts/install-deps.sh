@@ -11,4 +11,5 @@ $SUDO apt-get install -y -q --no-install-recommends \
   nlohmann-json3-dev libcli11-dev libspdlog-dev \
   libcurl4-openssl-dev libssl-dev zlib1g-dev libisal-dev libboost-dev \
   libgtest-dev \
-  python3
+  python3 \
+  nginx-light aria2 curl

@@ -1,0 +1,130 @@
+#include "fetch/chunk_cache.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <tuple>
+#include <vector>
+
+namespace aprfs {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Reads the file size and chunk size a store's map was made for (the first map bytes).
+bool ReadMapHeader(const fs::path& map, uint64_t* size, uint32_t* chunk_size) {
+  std::ifstream in(map, std::ios::binary);
+  char header[24];
+  if (!in.read(header, sizeof(header)) || std::string_view(header, 8) != "APRFSCS1") return false;
+  std::memcpy(size, header + 8, 8);
+  std::memcpy(chunk_size, header + 16, 4);
+  return *chunk_size > 0;
+}
+
+}  // namespace
+
+std::optional<uint64_t> ParseSize(const std::string& text) {
+  if (text.empty()) return std::nullopt;
+  char* end = nullptr;
+  double value = std::strtod(text.c_str(), &end);
+  if (end == text.c_str() || value < 0) return std::nullopt;
+  std::string unit(end);
+  if (!unit.empty() && (unit.back() == 'B' || unit.back() == 'b')) unit.pop_back();
+  if (!unit.empty() && (unit.back() == 'i')) unit.pop_back();
+  double scale = 1;
+  if (unit == "K" || unit == "k") scale = 1024.0;
+  else if (unit == "M" || unit == "m") scale = 1024.0 * 1024;
+  else if (unit == "G" || unit == "g") scale = 1024.0 * 1024 * 1024;
+  else if (unit == "T" || unit == "t") scale = 1024.0 * 1024 * 1024 * 1024;
+  else if (!unit.empty()) return std::nullopt;
+  return static_cast<uint64_t>(value * scale);
+}
+
+ChunkCache::ChunkCache(std::string root, uint64_t limit_bytes)
+    : root_(std::move(root)), limit_(limit_bytes) {
+  std::error_code ec;
+  fs::create_directories(root_, ec);
+  if (limit_ > 0) janitor_ = std::thread([this] { Janitor(); });
+}
+
+ChunkCache::~ChunkCache() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  if (janitor_.joinable()) janitor_.join();
+}
+
+std::shared_ptr<ChunkStore> ChunkCache::Store(const std::string& etag, uint64_t size) {
+  return ChunkStore::Open(root_ + "/" + etag, size, kChunkSize);
+}
+
+void ChunkCache::Poke() {
+  {
+    std::lock_guard lock(mu_);
+    poked_ = true;
+  }
+  wake_.notify_all();
+}
+
+uint64_t ChunkCache::EnforceLimit() {
+  std::vector<std::shared_ptr<ChunkStore>> stores;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(root_, ec)) {
+    uint64_t size;
+    uint32_t chunk_size;
+    if (!ReadMapHeader(entry.path() / "map", &size, &chunk_size)) continue;
+    try {
+      stores.push_back(ChunkStore::Open(entry.path().string(), size, chunk_size));
+    } catch (const std::exception& e) {
+      spdlog::debug("chunk cache: skipping {}: {}", entry.path().string(), e.what());
+    }
+  }
+  // (last access, store, chunk) of every present chunk, oldest first.
+  std::vector<std::tuple<uint32_t, ChunkStore*, uint64_t>> present;
+  uint64_t total = 0;
+  for (const auto& store : stores) {
+    for (uint64_t chunk = 0; chunk < store->chunk_count(); ++chunk) {
+      if (!store->Present(chunk)) continue;
+      total += store->ChunkLength(chunk);
+      if (!store->Published()) present.emplace_back(store->LastAccess(chunk), store.get(), chunk);
+    }
+  }
+  if (limit_ == 0 || total <= limit_) return total;
+  std::sort(present.begin(), present.end(),
+            [](const auto& a, const auto& b) { return std::get<0>(a) < std::get<0>(b); });
+  // Down to 90 % of the limit, so downloads do not trigger an eviction per chunk.
+  const uint64_t target = limit_ / 10 * 9;
+  uint64_t evicted = 0;
+  for (const auto& [access, store, chunk] : present) {
+    if (total <= target) break;
+    if (store->Evict(chunk)) {
+      total -= store->ChunkLength(chunk);
+      ++evicted;
+    }
+  }
+  spdlog::info("chunk cache: evicted {} chunks, {} bytes now present (limit {})", evicted, total,
+               limit_);
+  return total;
+}
+
+void ChunkCache::Janitor() {
+  std::unique_lock lock(mu_);
+  while (!stopping_) {
+    lock.unlock();
+    try {
+      EnforceLimit();
+    } catch (const std::exception& e) {
+      spdlog::warn("chunk cache janitor: {}", e.what());
+    }
+    lock.lock();
+    wake_.wait_for(lock, std::chrono::seconds(5), [&] { return stopping_ || poked_; });
+    poked_ = false;
+  }
+}
+
+}  // namespace aprfs

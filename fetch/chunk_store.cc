@@ -1,0 +1,299 @@
+#include "fetch/chunk_store.h"
+
+#include <fcntl.h>
+#include <linux/falloc.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <boost/interprocess/sync/scoped_lock.hpp>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <stdexcept>
+#include <vector>
+
+namespace aprfs {
+namespace {
+
+namespace bip = boost::interprocess;
+
+constexpr char kMagic[8] = {'A', 'P', 'R', 'F', 'S', 'C', 'S', '1'};
+constexpr size_t kHeaderSize = 64;
+constexpr uint32_t kPresent = 0x80000000u;
+constexpr uint32_t kGeneration = 0x7FFFFFFFu;
+constexpr uint32_t kFlagPublished = 1;
+
+// The map's first 64 bytes.
+struct MapHeader {
+  char magic[8];
+  uint64_t file_size;
+  uint32_t chunk_size;
+  uint32_t flags;
+  uint64_t chunk_count;
+  char reserved[32];
+};
+static_assert(sizeof(MapHeader) == kHeaderSize);
+
+std::runtime_error SystemError(const std::string& what, const std::string& path) {
+  return std::runtime_error(what + " " + path + ": " + std::strerror(errno));
+}
+
+int OpenOrThrow(const std::string& path, int flags) {
+  int fd = ::open(path.c_str(), flags | O_CLOEXEC, 0644);
+  if (fd < 0) throw SystemError("cannot open", path);
+  return fd;
+}
+
+uint64_t MapBytes(uint64_t chunk_count) { return kHeaderSize + 8 * chunk_count; }
+
+// Makes `map` describe an empty store for these parameters, unless it already does.
+void PrepareFiles(const std::string& dir, uint64_t size, uint32_t chunk_size,
+                  uint64_t chunk_count) {
+  int map_fd = OpenOrThrow(dir + "/map", O_RDWR | O_CREAT);
+  struct stat st;
+  MapHeader header{};
+  bool valid = ::fstat(map_fd, &st) == 0 &&
+               static_cast<uint64_t>(st.st_size) == MapBytes(chunk_count) &&
+               ::pread(map_fd, &header, sizeof(header), 0) == sizeof(header) &&
+               std::memcmp(header.magic, kMagic, 8) == 0 && header.file_size == size &&
+               header.chunk_size == chunk_size && header.chunk_count == chunk_count;
+  if (!valid) {
+    // Whatever the data file holds is not vouched for by any map: start empty.
+    int data_fd = OpenOrThrow(dir + "/data", O_RDWR | O_CREAT);
+    bool ok = ::ftruncate(data_fd, 0) == 0 && ::ftruncate(data_fd, static_cast<off_t>(size)) == 0;
+    ::close(data_fd);
+    std::memcpy(header.magic, kMagic, 8);
+    header.file_size = size;
+    header.chunk_size = chunk_size;
+    header.flags = 0;
+    header.chunk_count = chunk_count;
+    ok = ok && ::ftruncate(map_fd, 0) == 0 &&
+         ::ftruncate(map_fd, static_cast<off_t>(MapBytes(chunk_count))) == 0 &&
+         ::pwrite(map_fd, &header, sizeof(header), 0) == sizeof(header) && ::fsync(map_fd) == 0;
+    if (!ok) {
+      ::close(map_fd);
+      throw SystemError("cannot initialize", dir);
+    }
+  }
+  ::close(map_fd);
+}
+
+// One store object per folder per process: fcntl record locks (the `lock` file) belong to the
+// process, and a second descriptor closed elsewhere would drop them.
+std::mutex registry_mu;
+std::map<std::string, std::weak_ptr<ChunkStore>>& Registry() {
+  static std::map<std::string, std::weak_ptr<ChunkStore>> registry;
+  return registry;
+}
+
+uint32_t NowSeconds() {
+  return static_cast<uint32_t>(std::chrono::duration_cast<std::chrono::seconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count());
+}
+
+}  // namespace
+
+ChunkStore::ChunkStore(std::string dir, uint64_t size, uint32_t chunk_size)
+    : dir_(std::move(dir)),
+      size_(size),
+      chunk_size_(chunk_size),
+      chunk_count_((size + chunk_size - 1) / chunk_size) {}
+
+std::shared_ptr<ChunkStore> ChunkStore::Open(const std::string& dir, uint64_t size,
+                                             uint32_t chunk_size) {
+  std::lock_guard registry_lock(registry_mu);
+  if (auto existing = Registry()[dir].lock()) {
+    if (existing->size() == size && existing->chunk_size() == chunk_size) return existing;
+    throw std::runtime_error(dir + ": already open with another size");
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw std::runtime_error("cannot create " + dir + ": " + ec.message());
+  ::close(OpenOrThrow(dir + "/lock", O_RDWR | O_CREAT));  // no lock of ours held yet
+
+  std::shared_ptr<ChunkStore> store(new ChunkStore(dir, size, chunk_size));
+  store->store_lock_ = bip::file_lock((dir + "/lock").c_str());
+  {
+    bip::scoped_lock<bip::file_lock> lock(store->store_lock_);
+    PrepareFiles(dir, size, chunk_size, store->chunk_count_);
+  }
+  store->data_fd_ = OpenOrThrow(dir + "/data", O_RDWR);
+  store->claims_fd_ = OpenOrThrow(dir + "/claims", O_RDWR | O_CREAT);
+  store->evict_fd_ = OpenOrThrow(dir + "/claims", O_RDWR);
+  store->map_file_ = bip::file_mapping((dir + "/map").c_str(), bip::read_write);
+  store->map_ = bip::mapped_region(store->map_file_, bip::read_write);
+  store->words_ = reinterpret_cast<uint32_t*>(static_cast<char*>(store->map_.get_address()) +
+                                              kHeaderSize);
+  Registry()[dir] = store;
+  return store;
+}
+
+ChunkStore::~ChunkStore() {
+  for (int fd : {data_fd_, claims_fd_, evict_fd_}) {
+    if (fd >= 0) ::close(fd);
+  }
+}
+
+uint64_t ChunkStore::ChunkLength(uint64_t chunk) const {
+  return std::min<uint64_t>(chunk_size_, size_ - ChunkBegin(chunk));
+}
+
+std::atomic_ref<uint32_t> ChunkStore::Word(uint64_t chunk) const {
+  return std::atomic_ref<uint32_t>(words_[chunk]);
+}
+
+std::atomic_ref<uint32_t> ChunkStore::Access(uint64_t chunk) const {
+  return std::atomic_ref<uint32_t>(words_[chunk_count_ + chunk]);
+}
+
+std::atomic_ref<uint32_t> ChunkStore::Flags() const {
+  auto* header = static_cast<MapHeader*>(map_.get_address());
+  return std::atomic_ref<uint32_t>(header->flags);
+}
+
+bool ChunkStore::Present(uint64_t chunk) const {
+  return (Word(chunk).load(std::memory_order_acquire) & kPresent) != 0;
+}
+
+uint64_t ChunkStore::PresentCount() const {
+  uint64_t count = 0;
+  for (uint64_t chunk = 0; chunk < chunk_count_; ++chunk) count += Present(chunk);
+  return count;
+}
+
+uint32_t ChunkStore::LastAccess(uint64_t chunk) const {
+  return Access(chunk).load(std::memory_order_relaxed);
+}
+
+void ChunkStore::Touch(uint64_t chunk) {
+  uint32_t now = NowSeconds();
+  if (Access(chunk).load(std::memory_order_relaxed) != now) {
+    Access(chunk).store(now, std::memory_order_relaxed);
+  }
+}
+
+int ChunkStore::Read(uint64_t offset, size_t length, char* dst) {
+  if (length == 0) return 0;
+  if (offset >= size_ || length > size_ - offset) return EIO;
+  uint64_t first = ChunkOf(offset), last = ChunkOf(offset + length - 1);
+  uint32_t before[8];
+  std::vector<uint32_t> many;
+  uint32_t* words = last - first < 8 ? before : (many.resize(last - first + 1), many.data());
+  for (uint64_t chunk = first; chunk <= last; ++chunk) {
+    uint32_t word = Word(chunk).load(std::memory_order_acquire);
+    if (!(word & kPresent)) return ENODATA;
+    words[chunk - first] = word;
+  }
+  size_t done = 0;
+  while (done < length) {
+    ssize_t n = ::pread(data_fd_, dst + done, length - done, static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return EIO;
+    done += static_cast<size_t>(n);
+  }
+  std::atomic_thread_fence(std::memory_order_acquire);
+  for (uint64_t chunk = first; chunk <= last; ++chunk) {
+    if (Word(chunk).load(std::memory_order_acquire) != words[chunk - first]) return ENODATA;
+    Touch(chunk);
+  }
+  return 0;
+}
+
+std::unique_ptr<ChunkStore::Claim> ChunkStore::TryClaimOn(int fd, uint64_t chunk) {
+  {
+    std::lock_guard lock(claims_mu_);
+    if (!claimed_.insert(chunk).second) return nullptr;
+  }
+  struct flock lock {};
+  lock.l_type = F_WRLCK;
+  lock.l_whence = SEEK_SET;
+  lock.l_start = static_cast<off_t>(chunk);
+  lock.l_len = 1;
+  if (::fcntl(fd, F_OFD_SETLK, &lock) != 0) {
+    std::lock_guard guard(claims_mu_);
+    claimed_.erase(chunk);
+    return nullptr;
+  }
+  return std::unique_ptr<Claim>(new Claim(this, fd, chunk));
+}
+
+void ChunkStore::Release(int fd, uint64_t chunk) {
+  struct flock lock {};
+  lock.l_type = F_UNLCK;
+  lock.l_whence = SEEK_SET;
+  lock.l_start = static_cast<off_t>(chunk);
+  lock.l_len = 1;
+  ::fcntl(fd, F_OFD_SETLK, &lock);
+  std::lock_guard guard(claims_mu_);
+  claimed_.erase(chunk);
+}
+
+ChunkStore::Claim::~Claim() { store_->Release(fd_, chunk_); }
+
+std::unique_ptr<ChunkStore::Claim> ChunkStore::TryClaim(uint64_t chunk) {
+  return TryClaimOn(claims_fd_, chunk);
+}
+
+int ChunkStore::Write(const Claim& claim, uint64_t offset, std::string_view bytes) {
+  uint64_t begin = ChunkBegin(claim.chunk());
+  if (offset < begin || offset + bytes.size() > begin + ChunkLength(claim.chunk())) return EINVAL;
+  if (Published()) return EROFS;
+  size_t done = 0;
+  while (done < bytes.size()) {
+    ssize_t n = ::pwrite(data_fd_, bytes.data() + done, bytes.size() - done,
+                         static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return errno ? errno : EIO;
+    done += static_cast<size_t>(n);
+  }
+  return 0;
+}
+
+int ChunkStore::Commit(const Claim& claim) {
+  // Durable first, present second: after a crash a present chunk always has its bytes.
+  if (::fdatasync(data_fd_) != 0) return errno;
+  auto word = Word(claim.chunk());
+  uint32_t generation = (word.load(std::memory_order_relaxed) + 1) & kGeneration;
+  word.store(kPresent | generation, std::memory_order_release);
+  Touch(claim.chunk());
+  return 0;
+}
+
+bool ChunkStore::Evict(uint64_t chunk) {
+  std::lock_guard in_process(store_mu_);
+  bip::scoped_lock<bip::file_lock> across_processes(store_lock_);
+  if (Published() || !Present(chunk)) return false;
+  std::unique_ptr<Claim> claim = TryClaimOn(evict_fd_, chunk);
+  if (!claim) return false;
+  auto word = Word(chunk);
+  // Absent (and a new generation) before the hole: a reader racing us sees the change.
+  word.store((word.load(std::memory_order_relaxed) + 1) & kGeneration, std::memory_order_release);
+  ::fallocate(data_fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+              static_cast<off_t>(ChunkBegin(chunk)), static_cast<off_t>(ChunkLength(chunk)));
+  return true;
+}
+
+void ChunkStore::DropAll() {
+  for (uint64_t chunk = 0; chunk < chunk_count_; ++chunk) Evict(chunk);
+}
+
+bool ChunkStore::MarkPublished(bool published) {
+  std::lock_guard in_process(store_mu_);
+  bip::scoped_lock<bip::file_lock> across_processes(store_lock_);
+  if (!published) {
+    Flags().fetch_and(~kFlagPublished, std::memory_order_acq_rel);
+    return true;
+  }
+  if (!Complete()) return false;
+  Flags().fetch_or(kFlagPublished, std::memory_order_acq_rel);
+  return true;
+}
+
+bool ChunkStore::Published() const {
+  return (Flags().load(std::memory_order_acquire) & kFlagPublished) != 0;
+}
+
+}  // namespace aprfs

@@ -1,0 +1,116 @@
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+
+#include <boost/interprocess/file_mapping.hpp>
+#include <boost/interprocess/mapped_region.hpp>
+#include <boost/interprocess/sync/file_lock.hpp>
+#include <set>
+
+namespace aprfs {
+
+// The on-disk cache of one remote file's bytes, shared by every process on the machine (two
+// mounts, a mount and `aprfs prefetch`): a sparse `data` file plus a memory-mapped `map` with one
+// word per chunk. Readers take no lock: a chunk's word holds a present bit and a generation, and a
+// read is valid only if the word is the same before and after it (a seqlock), so an eviction
+// racing a read is detected, never served. Filling or evicting a chunk requires an exclusive
+// claim: an open-file-description lock on the chunk's byte of `claims`, which the kernel drops if
+// the holder dies, so an interrupted download is simply resumed by the next reader. A chunk is
+// marked present only after its bytes are on disk (fdatasync), so it survives restarts and
+// crashes. Layout: <dir>/{data,map,claims,lock}.
+class ChunkStore {
+ public:
+  // Opens or creates the store for a file of `size` bytes. Creation is serialized across
+  // processes; an existing store with another size or chunk size is rebuilt empty. Throws
+  // std::runtime_error naming the path on failure.
+  static std::shared_ptr<ChunkStore> Open(const std::string& dir, uint64_t size,
+                                          uint32_t chunk_size);
+  ~ChunkStore();
+
+  const std::string& dir() const { return dir_; }
+  uint64_t size() const { return size_; }
+  uint32_t chunk_size() const { return chunk_size_; }
+  uint64_t chunk_count() const { return chunk_count_; }
+  uint64_t ChunkOf(uint64_t offset) const { return offset / chunk_size_; }
+  uint64_t ChunkBegin(uint64_t chunk) const { return chunk * chunk_size_; }
+  uint64_t ChunkLength(uint64_t chunk) const;
+
+  bool Present(uint64_t chunk) const;
+  uint64_t PresentCount() const;
+  bool Complete() const { return PresentCount() == chunk_count_; }
+  // Seconds (since the epoch) a chunk was last read or written, for LRU eviction.
+  uint32_t LastAccess(uint64_t chunk) const;
+
+  // Copies [offset, offset+length) when every chunk it touches is present and stays so
+  // through the read. Returns 0, ENODATA (some chunk absent, or evicted meanwhile), or EIO.
+  int Read(uint64_t offset, size_t length, char* dst);
+
+  // The exclusive right to fill or evict one chunk, across processes. Released on destruction.
+  class Claim {
+   public:
+    ~Claim();
+    Claim(const Claim&) = delete;
+    Claim& operator=(const Claim&) = delete;
+    uint64_t chunk() const { return chunk_; }
+
+   private:
+    friend class ChunkStore;
+    Claim(ChunkStore* store, int fd, uint64_t chunk) : store_(store), fd_(fd), chunk_(chunk) {}
+    ChunkStore* store_;
+    int fd_;
+    uint64_t chunk_;
+  };
+  // Non-blocking: null when another holder (thread of another process, or the evictor) has it.
+  std::unique_ptr<Claim> TryClaim(uint64_t chunk);
+  // Writes part of the claimed chunk's bytes (`offset` is absolute in the file).
+  int Write(const Claim& claim, uint64_t offset, std::string_view bytes);
+  // Makes the chunk's bytes durable, then marks it present.
+  int Commit(const Claim& claim);
+
+  // Drops a present chunk if nobody holds it (punches the hole). True when dropped.
+  bool Evict(uint64_t chunk);
+  // Drops every chunk (the file failed verification).
+  void DropAll();
+
+  // Set once the complete data file has been moved into the HF cache as a blob: from then on
+  // the data must never be written or punched again. Serialized with eviction.
+  bool MarkPublished(bool published = true);
+  bool Published() const;
+
+  int data_fd() const { return data_fd_; }
+
+ private:
+  ChunkStore(std::string dir, uint64_t size, uint32_t chunk_size);
+  std::atomic_ref<uint32_t> Word(uint64_t chunk) const;
+  std::atomic_ref<uint32_t> Access(uint64_t chunk) const;
+  std::atomic_ref<uint32_t> Flags() const;
+  void Release(int fd, uint64_t chunk);
+  void Touch(uint64_t chunk);
+  // Claims on a separate descriptor: OFD locks only conflict across descriptions, so the
+  // evictor never takes a chunk a fetcher of this same process holds.
+  std::unique_ptr<Claim> TryClaimOn(int fd, uint64_t chunk);
+
+  const std::string dir_;
+  const uint64_t size_;
+  const uint32_t chunk_size_;
+  const uint64_t chunk_count_;
+  int data_fd_ = -1;
+  int claims_fd_ = -1;
+  int evict_fd_ = -1;
+  boost::interprocess::file_mapping map_file_;
+  boost::interprocess::mapped_region map_;
+  uint32_t* words_ = nullptr;  // in the mapping: chunk words, then access times
+  // Eviction vs publication: the `lock` file across processes, this mutex within one.
+  boost::interprocess::file_lock store_lock_;
+  std::mutex store_mu_;
+  // Chunks claimed by this process: OFD locks do not exclude threads sharing a description.
+  std::mutex claims_mu_;
+  std::set<uint64_t> claimed_;
+};
+
+}  // namespace aprfs

@@ -1,0 +1,195 @@
+#include "fetch/http.h"
+
+#include <curl/curl.h>
+
+#include <algorithm>
+#include <cctype>
+#include <mutex>
+
+namespace aprfs {
+namespace {
+
+void GlobalInit() {
+  static std::once_flag once;
+  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+}
+
+std::string Lower(std::string text) {
+  std::transform(text.begin(), text.end(), text.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return text;
+}
+
+std::string Trim(std::string_view text) {
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.front()))) text.remove_prefix(1);
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.remove_suffix(1);
+  return std::string(text);
+}
+
+// State shared with libcurl's callbacks for one transfer.
+struct Transfer {
+  const HttpRequest* request;
+  HttpResponse* response;
+  CURL* curl;
+  bool headers_delivered = false;
+  bool aborted_by_caller = false;
+};
+
+size_t OnHeader(char* data, size_t size, size_t count, void* user) {
+  auto* t = static_cast<Transfer*>(user);
+  std::string_view line(data, size * count);
+  if (line.rfind("HTTP/", 0) == 0) {
+    t->response->headers.clear();  // a new response (after a redirect or a 100 Continue)
+  } else if (size_t colon = line.find(':'); colon != std::string_view::npos) {
+    t->response->headers[Lower(std::string(line.substr(0, colon)))] =
+        Trim(line.substr(colon + 1));
+  }
+  return size * count;
+}
+
+bool DeliverHeaders(Transfer* t) {
+  if (t->headers_delivered) return true;
+  t->headers_delivered = true;
+  curl_easy_getinfo(t->curl, CURLINFO_RESPONSE_CODE, &t->response->status);
+  if (t->request->on_headers && !t->request->on_headers(*t->response)) {
+    t->aborted_by_caller = true;
+    return false;
+  }
+  return true;
+}
+
+size_t OnBody(char* data, size_t size, size_t count, void* user) {
+  auto* t = static_cast<Transfer*>(user);
+  size_t n = size * count;
+  if (!DeliverHeaders(t)) return 0;
+  t->response->body_bytes += n;
+  if (t->request->on_body) {
+    if (!t->request->on_body(std::string_view(data, n))) {
+      t->aborted_by_caller = true;
+      return 0;
+    }
+    return n;
+  }
+  if (t->response->body.size() + n > t->request->max_collected_body) {
+    t->aborted_by_caller = true;
+    return 0;
+  }
+  t->response->body.append(data, n);
+  return n;
+}
+
+}  // namespace
+
+std::string HttpResponse::Header(const std::string& lower_name) const {
+  auto it = headers.find(lower_name);
+  return it == headers.end() ? "" : it->second;
+}
+
+std::string HttpResponse::Describe() const {
+  std::string text = effective_url + ": ";
+  if (!transport_error.empty()) return text + transport_error;
+  text += "HTTP " + std::to_string(status);
+  std::string code = Header("x-error-code");
+  std::string message = Header("x-error-message");
+  if (!code.empty()) text += " " + code;
+  if (!message.empty()) text += " (" + message + ")";
+  return text;
+}
+
+HttpSession::HttpSession() {
+  GlobalInit();
+  curl_ = curl_easy_init();
+}
+
+HttpSession::~HttpSession() { curl_easy_cleanup(static_cast<CURL*>(curl_)); }
+
+HttpResponse HttpSession::Perform(const HttpRequest& request) {
+  CURL* curl = static_cast<CURL*>(curl_);
+  HttpResponse response;
+  response.effective_url = request.url;
+  Transfer transfer{&request, &response, curl};
+  curl_easy_reset(curl);  // keeps the connection cache
+  curl_easy_setopt(curl, CURLOPT_URL, request.url.c_str());
+  curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(curl, CURLOPT_FOLLOWLOCATION, request.follow_redirects ? 1L : 0L);
+  curl_easy_setopt(curl, CURLOPT_MAXREDIRS, 10L);
+  // Never send credentials to another host after a redirect (hf-hub.md §2.3): libcurl's
+  // default, stated here so nobody turns it on.
+  curl_easy_setopt(curl, CURLOPT_UNRESTRICTED_AUTH, 0L);
+  curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, static_cast<long>(request.deadline.count()));
+  curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS,
+                   static_cast<long>(std::min(request.deadline, request.stall_timeout).count()));
+  // A stalled transfer (under 1 byte/s for the stall timeout) fails instead of hanging.
+  curl_easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT, 1L);
+  curl_easy_setopt(curl, CURLOPT_LOW_SPEED_TIME,
+                   std::max(1L, static_cast<long>(request.stall_timeout.count() / 1000)));
+  curl_easy_setopt(curl, CURLOPT_TCP_KEEPALIVE, 1L);
+  curl_easy_setopt(curl, CURLOPT_BUFFERSIZE, 512L * 1024);
+  if (request.method == "HEAD") curl_easy_setopt(curl, CURLOPT_NOBODY, 1L);
+  curl_slist* headers = nullptr;
+  for (const std::string& header : request.headers) headers = curl_slist_append(headers, header.c_str());
+  curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
+  curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, OnHeader);
+  curl_easy_setopt(curl, CURLOPT_HEADERDATA, &transfer);
+  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, OnBody);
+  curl_easy_setopt(curl, CURLOPT_WRITEDATA, &transfer);
+
+  CURLcode code = curl_easy_perform(curl);
+  curl_slist_free_all(headers);
+  char* url = nullptr;
+  if (curl_easy_getinfo(curl, CURLINFO_EFFECTIVE_URL, &url) == CURLE_OK && url) {
+    response.effective_url = url;
+  }
+  if (!transfer.headers_delivered) {
+    curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &response.status);
+    if (code == CURLE_OK) DeliverHeaders(&transfer);  // bodiless responses (HEAD, 3xx, 204)
+  }
+  if (transfer.aborted_by_caller) {
+    response.transport_error = "response refused";
+  } else if (code != CURLE_OK) {
+    response.transport_error = curl_easy_strerror(code);
+  }
+  return response;
+}
+
+HttpSession& ThreadHttpSession() {
+  thread_local HttpSession session;
+  return session;
+}
+
+std::string QuoteSegment(std::string_view text) {
+  static const char* hex = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : text) {
+    if (std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~') {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    }
+  }
+  return out;
+}
+
+std::string QuotePath(std::string_view text) {
+  std::string out;
+  size_t start = 0;
+  while (true) {
+    size_t slash = text.find('/', start);
+    out += QuoteSegment(text.substr(start, slash == std::string_view::npos ? slash : slash - start));
+    if (slash == std::string_view::npos) break;
+    out += '/';
+    start = slash + 1;
+  }
+  return out;
+}
+
+std::string OriginOf(std::string_view url) {
+  size_t scheme = url.find("://");
+  if (scheme == std::string_view::npos) return "";
+  size_t path = url.find('/', scheme + 3);
+  return Lower(std::string(url.substr(0, path)));
+}
+
+}  // namespace aprfs

@@ -1,0 +1,70 @@
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace aprfs {
+
+// The response to one HTTP request (no redirect followed unless asked).
+struct HttpResponse {
+  long status = 0;                             // 0 when no complete response arrived
+  std::string transport_error;                 // timeout, refused, reset, cut mid-body...
+  std::map<std::string, std::string> headers;  // of the last response, names lower-case
+  std::string body;                            // when the body was collected
+  uint64_t body_bytes = 0;                     // bytes received (collected or streamed)
+  std::string effective_url;
+
+  bool complete() const { return transport_error.empty() && status != 0; }
+  // The header's value, or "" when absent.
+  std::string Header(const std::string& lower_name) const;
+  // "GET url: 503 Service Unavailable" / "...: timeout after 10 s" for messages.
+  std::string Describe() const;
+};
+
+struct HttpRequest {
+  std::string method = "GET";  // GET or HEAD
+  std::string url;
+  std::vector<std::string> headers;  // "Name: value"
+  bool follow_redirects = false;
+  std::chrono::milliseconds deadline{30000};      // the whole request
+  std::chrono::milliseconds stall_timeout{10000};  // no byte received for this long
+  uint64_t max_collected_body = 64ull << 20;       // when collecting into HttpResponse::body
+  // When set, called once with the final response's status and headers before any body
+  // byte; returning false aborts the transfer (a response we will not accept).
+  std::function<bool(const HttpResponse&)> on_headers;
+  // When set, body bytes go here instead of HttpResponse::body; false aborts.
+  std::function<bool(std::string_view)> on_body;
+};
+
+// One reusable libcurl handle: keeps its connections alive between requests. Not thread-safe:
+// one per thread.
+class HttpSession {
+ public:
+  HttpSession();
+  ~HttpSession();
+  HttpSession(const HttpSession&) = delete;
+  HttpSession& operator=(const HttpSession&) = delete;
+
+  HttpResponse Perform(const HttpRequest& request);
+
+ private:
+  void* curl_;
+};
+
+// This thread's session: connections are reused by every request the thread makes.
+HttpSession& ThreadHttpSession();
+
+// Percent-encodes a URL path segment the way Python's quote(safe="") does (hf-hub.md §1.2).
+std::string QuoteSegment(std::string_view text);
+// Percent-encodes a path, keeping '/' (quote(safe="/")).
+std::string QuotePath(std::string_view text);
+// "http://host:port" of a URL, to tell whether a redirect leaves the host.
+std::string OriginOf(std::string_view url);
+
+}  // namespace aprfs

@@ -1,0 +1,277 @@
+#include "fetch/remote_file.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <thread>
+
+namespace aprfs {
+namespace {
+
+constexpr size_t kMaxStreams = 8;
+// Signed CDN URLs live about an hour; resolve again well before.
+constexpr auto kUrlLifetime = std::chrono::minutes(45);
+
+// "W/\"abc\"" -> "abc", as huggingface_hub normalizes ETags.
+std::string NormalizeEtag(std::string etag) {
+  if (etag.rfind("W/", 0) == 0) etag = etag.substr(2);
+  if (etag.size() >= 2 && etag.front() == '"' && etag.back() == '"') {
+    etag = etag.substr(1, etag.size() - 2);
+  }
+  return etag;
+}
+
+// Parses "bytes a-b/total".
+bool ParseContentRange(const std::string& text, uint64_t* first, uint64_t* last, uint64_t* total) {
+  unsigned long long a, b, t;
+  if (std::sscanf(text.c_str(), "bytes %llu-%llu/%llu", &a, &b, &t) != 3) return false;
+  *first = a;
+  *last = b;
+  *total = t;
+  return true;
+}
+
+}  // namespace
+
+RemoteFile::RemoteFile(RemoteBlob blob, std::shared_ptr<ChunkStore> store, HubClient& hub,
+                       Fetcher& fetcher, RemoteOptions options,
+                       std::function<void(RemoteFile&)> on_complete)
+    : blob_(std::move(blob)),
+      name_("hf://" + blob_.repo_id + "@" + blob_.commit.substr(0, 12) + "/" + blob_.path),
+      store_(std::move(store)),
+      hub_(hub),
+      fetcher_(fetcher),
+      options_(options),
+      on_complete_(std::move(on_complete)) {}
+
+int RemoteFile::Read(uint64_t offset, size_t length, char* dst) {
+  if (length == 0) return 0;
+  if (offset > blob_.size || length > blob_.size - offset) return EIO;
+  const auto deadline = std::chrono::steady_clock::now() + options_.read_deadline;
+  const uint64_t first = store_->ChunkOf(offset);
+  const uint64_t last = store_->ChunkOf(offset + length - 1);
+  {
+    std::lock_guard lock(mu_);
+    FollowStreams(offset, length);
+  }
+  for (;;) {
+    int result = store_->Read(offset, length, dst);
+    if (result != ENODATA) return result;
+    std::unique_lock lock(mu_);
+    // Failures counted before we asked: only newer ones are about our request.
+    std::map<uint64_t, uint64_t> failures_seen;
+    for (uint64_t chunk = first; chunk <= last; ++chunk) {
+      if (store_->Present(chunk)) continue;
+      failures_seen[chunk] = chunks_[chunk].failures;
+      Schedule(chunk, Fetcher::Priority::Demand);
+    }
+    std::string failure;
+    bool ready = changed_.wait_until(lock, deadline, [&] {
+      for (auto& [chunk, seen] : failures_seen) {
+        const ChunkState& state = chunks_[chunk];
+        if (state.failures > seen) {
+          failure = state.last_error;
+          return true;
+        }
+        if (!store_->Present(chunk)) return false;
+      }
+      return true;
+    });
+    if (!failure.empty()) {
+      spdlog::error("{}: read of {} bytes at {} failed: {}", name_, length, offset, failure);
+      return EIO;
+    }
+    if (!ready) {
+      spdlog::error("{}: read of {} bytes at {} timed out after {} s", name_, length, offset,
+                    options_.read_deadline.count() / 1000);
+      return EIO;
+    }
+  }
+}
+
+void RemoteFile::FollowStreams(uint64_t offset, size_t length) {
+  auto now = std::chrono::steady_clock::now();
+  const uint64_t slack = store_->chunk_size();
+  Stream* stream = nullptr;
+  for (Stream& s : streams_) {
+    // Readahead requests may arrive slightly out of order: near the end is still sequential.
+    if (offset + slack >= s.next && offset <= s.next + slack) {
+      stream = &s;
+      break;
+    }
+  }
+  if (stream) {
+    stream->window = std::min<uint64_t>(stream->window * 2, options_.prefetch_max_chunks);
+  } else {
+    if (streams_.size() >= kMaxStreams) {
+      streams_.erase(std::min_element(streams_.begin(), streams_.end(),
+                                      [](const Stream& a, const Stream& b) { return a.used < b.used; }));
+    }
+    streams_.push_back({offset + length, 1, now});
+    stream = &streams_.back();
+  }
+  stream->next = std::max(stream->next, offset + length);
+  stream->used = now;
+  if (stream->next >= blob_.size) return;
+  uint64_t from = store_->ChunkOf(stream->next);
+  uint64_t to = std::min(store_->chunk_count() - 1, from + stream->window - 1);
+  for (uint64_t chunk = from; chunk <= to; ++chunk) {
+    if (!store_->Present(chunk)) Schedule(chunk, Fetcher::Priority::Prefetch);
+  }
+}
+
+void RemoteFile::Schedule(uint64_t chunk, Fetcher::Priority priority) {
+  ChunkState& state = chunks_[chunk];
+  bool demand = priority == Fetcher::Priority::Demand;
+  if (state.phase == Phase::Fetching) return;
+  if (state.phase == Phase::Queued && (state.demand || !demand)) return;
+  // Idle, or queued as prefetch and now awaited: queue it (again) at this priority; whichever
+  // task runs first does the work, the other finds it done.
+  state.phase = Phase::Queued;
+  state.demand = state.demand || demand;
+  std::weak_ptr<RemoteFile> self = weak_from_this();
+  fetcher_.Submit(priority, [self, chunk] {
+    if (auto file = self.lock()) file->RunFetch(chunk);
+  });
+}
+
+void RemoteFile::RunFetch(uint64_t chunk) {
+  {
+    std::lock_guard lock(mu_);
+    ChunkState& state = chunks_[chunk];
+    if (state.phase != Phase::Queued) return;  // done by a twin task
+    state.phase = Phase::Fetching;
+  }
+  std::string error = store_->Present(chunk) ? "" : FetchChunk(chunk);
+  {
+    std::lock_guard lock(mu_);
+    ChunkState& state = chunks_[chunk];
+    state.phase = Phase::Idle;
+    state.demand = false;
+    if (!error.empty()) {
+      ++state.failures;
+      state.last_error = error;
+    }
+  }
+  changed_.notify_all();
+  if (error.empty() && store_->Complete() && !completed_.exchange(true) && on_complete_) {
+    on_complete_(*this);
+  }
+}
+
+std::string RemoteFile::FetchChunk(uint64_t chunk) {
+  const auto deadline = std::chrono::steady_clock::now() + options_.request_deadline;
+  // Another process may be downloading this chunk: wait for it rather than fetch twice.
+  std::unique_ptr<ChunkStore::Claim> claim;
+  while (!(claim = store_->TryClaim(chunk))) {
+    if (store_->Present(chunk)) return "";
+    if (std::chrono::steady_clock::now() > deadline) {
+      return "chunk " + std::to_string(chunk) + " is still being downloaded by another process";
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (store_->Present(chunk)) return "";
+  std::string error;
+  for (int attempt = 0; attempt < hub_.config().max_attempts; ++attempt) {
+    Attempt result = Download(*claim, chunk);
+    if (result.error.empty()) return "";
+    error = result.error;
+    if (result.fatal || std::chrono::steady_clock::now() > deadline) break;
+    spdlog::warn("{}: chunk {}: {} (attempt {})", name_, chunk, error, attempt + 1);
+    std::this_thread::sleep_for(RetryDelay(attempt, result.response));
+  }
+  return error;
+}
+
+RemoteFile::Attempt RemoteFile::Download(const ChunkStore::Claim& claim, uint64_t chunk) {
+  const uint64_t begin = store_->ChunkBegin(chunk);
+  const uint64_t length = store_->ChunkLength(chunk);
+  DataUrl url;
+  try {
+    url = CurrentUrl();
+  } catch (const HubError& e) {
+    return {e.what(), !e.CacheMayAnswer(), {}};
+  }
+  HttpRequest request;
+  request.url = url.url;
+  request.headers = hub_.Headers(url.send_token);
+  request.headers.push_back("Range: bytes=" + std::to_string(begin) + "-" +
+                            std::to_string(begin + length - 1));
+  request.deadline = options_.request_deadline;
+  request.stall_timeout = hub_.config().download_timeout;
+  std::string refusal;
+  uint64_t received = 0;
+  int write_error = 0;
+  request.on_headers = [&](const HttpResponse& head) {
+    if (head.status != 206) {
+      refusal = head.status == 200 ? "the server ignored the Range header (200)"
+                                   : "HTTP " + std::to_string(head.status);
+      return false;
+    }
+    uint64_t first, last, total;
+    if (!ParseContentRange(head.Header("content-range"), &first, &last, &total) ||
+        first != begin || last != begin + length - 1 || total != blob_.size) {
+      refusal = "wrong Content-Range \"" + head.Header("content-range") + "\" for bytes " +
+                std::to_string(begin) + "-" + std::to_string(begin + length - 1) + "/" +
+                std::to_string(blob_.size);
+      return false;
+    }
+    std::string etag = NormalizeEtag(head.Header("etag"));
+    if (!url.send_token && !etag.empty() && !blob_.sha256.empty() && etag != blob_.sha256) {
+      refusal = "the file changed on the server (ETag " + etag + ", expected " + blob_.sha256 + ")";
+      return false;
+    }
+    return true;
+  };
+  request.on_body = [&](std::string_view bytes) {
+    if (received + bytes.size() > length) return false;
+    write_error = store_->Write(claim, begin + received, bytes);
+    received += bytes.size();
+    return write_error == 0;
+  };
+  stats_.requests++;
+  Attempt result;
+  result.response = ThreadHttpSession().Perform(request);
+  const HttpResponse& response = result.response;
+  if (write_error) {
+    return {std::string("cannot write the chunk cache: ") + std::strerror(write_error), true, {}};
+  }
+  if (response.complete() && response.status == 206 && received == length) {
+    if (int err = store_->Commit(claim)) {
+      return {std::string("cannot commit to the chunk cache: ") + std::strerror(err), true, {}};
+    }
+    stats_.bytes_fetched += length;
+    stats_.chunks_fetched++;
+    return result;
+  }
+  stats_.failed_requests++;
+  long status = response.status;
+  result.error = !refusal.empty() ? refusal : response.Describe();
+  if (response.complete() && refusal.empty() && status == 206) {
+    result.error = "short body: " + std::to_string(received) + " of " + std::to_string(length) +
+                   " bytes";
+  }
+  if (!url.send_token && (status == 400 || status == 403 || status == 410)) {
+    // An expired or refused signed URL: ask the Hub for a fresh one.
+    ForgetUrl(url.url);
+    result.error += " (URL resolved again)";
+  } else if (status == 401 || status == 404 || status == 416) {
+    result.fatal = true;
+  }
+  return result;
+}
+
+DataUrl RemoteFile::CurrentUrl() {
+  std::lock_guard lock(url_mu_);
+  if (url_ && std::chrono::steady_clock::now() - url_->resolved_at < kUrlLifetime) return *url_;
+  url_ = hub_.ResolveData(blob_.repo_id, blob_.commit, blob_.path, /*attempts=*/1);
+  return *url_;
+}
+
+void RemoteFile::ForgetUrl(const std::string& url) {
+  std::lock_guard lock(url_mu_);
+  if (url_ && url_->url == url) url_.reset();
+}
+
+}  // namespace aprfs

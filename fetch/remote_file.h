@@ -1,0 +1,111 @@
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "fetch/byte_source.h"
+#include "fetch/chunk_store.h"
+#include "fetch/fetcher.h"
+#include "fetch/hub_client.h"
+
+namespace aprfs {
+
+struct RemoteOptions {
+  std::chrono::milliseconds read_deadline{60000};     // a read waits this long, then EIO
+  std::chrono::milliseconds request_deadline{60000};  // one HTTP request for one chunk
+  unsigned prefetch_max_chunks = 16;  // the largest read-ahead window of a sequential stream
+};
+
+// Which remote file: a repo file at a pinned commit, with the size and sha256 the Hub listed.
+struct RemoteBlob {
+  std::string repo_id;
+  std::string commit;
+  std::string path;
+  uint64_t size = 0;
+  std::string sha256;
+};
+
+// Counters for status pages and tests.
+struct RemoteStats {
+  std::atomic<uint64_t> bytes_fetched{0};
+  std::atomic<uint64_t> requests{0};
+  std::atomic<uint64_t> failed_requests{0};
+  std::atomic<uint64_t> chunks_fetched{0};
+};
+
+// A shard on the Hub read lazily: a read waits for the chunks it touches (fetched once, however
+// many readers wait, and never twice across processes thanks to the chunk store's claims);
+// sequential streams get a read-ahead window that doubles up to a limit. Every response is
+// validated (206, Content-Range, size, ETag == sha256) before a byte is stored; a failed attempt
+// stores nothing. When the last chunk arrives, `on_complete` runs (verification, publication).
+class RemoteFile final : public ByteSource, public std::enable_shared_from_this<RemoteFile> {
+ public:
+  RemoteFile(RemoteBlob blob, std::shared_ptr<ChunkStore> store, HubClient& hub, Fetcher& fetcher,
+             RemoteOptions options, std::function<void(RemoteFile&)> on_complete = {});
+
+  int Read(uint64_t offset, size_t length, char* dst) override;
+  uint64_t size() const override { return blob_.size; }
+  const std::string& name() const override { return name_; }
+
+  const RemoteBlob& blob() const { return blob_; }
+  ChunkStore& store() { return *store_; }
+  const RemoteStats& stats() const { return stats_; }
+
+ private:
+  enum class Phase { Idle, Queued, Fetching };
+  struct ChunkState {
+    Phase phase = Phase::Idle;
+    bool demand = false;     // a reader waits for it
+    uint64_t failures = 0;   // attempts that ended in an error, ever
+    std::string last_error;
+  };
+  struct Stream {
+    uint64_t next = 0;       // where the next sequential read would start
+    uint64_t window = 1;     // chunks to keep ahead of it
+    std::chrono::steady_clock::time_point used;
+  };
+
+  void FollowStreams(uint64_t offset, size_t length);  // requires mu_
+  void Schedule(uint64_t chunk, Fetcher::Priority priority);  // requires mu_
+  void RunFetch(uint64_t chunk);
+  // Fills one chunk; returns "" or the reason it failed.
+  std::string FetchChunk(uint64_t chunk);
+  // The outcome of one HTTP attempt at a chunk.
+  struct Attempt {
+    std::string error;  // empty: the chunk is stored
+    bool fatal = false;  // retrying cannot help (404, 416, disk errors...)
+    HttpResponse response;  // for the retry delay (Retry-After)
+  };
+  Attempt Download(const ChunkStore::Claim& claim, uint64_t chunk);
+  DataUrl CurrentUrl();
+  void ForgetUrl(const std::string& url);
+
+  const RemoteBlob blob_;
+  const std::string name_;
+  std::shared_ptr<ChunkStore> store_;
+  HubClient& hub_;
+  Fetcher& fetcher_;
+  const RemoteOptions options_;
+  std::function<void(RemoteFile&)> on_complete_;
+  RemoteStats stats_;
+
+  std::mutex mu_;
+  std::condition_variable changed_;
+  std::map<uint64_t, ChunkState> chunks_;  // only chunks that were ever scheduled
+  std::vector<Stream> streams_;
+
+  std::mutex url_mu_;
+  std::optional<DataUrl> url_;
+  std::atomic<bool> completed_{false};
+};
+
+}  // namespace aprfs

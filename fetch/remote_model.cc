@@ -1,0 +1,375 @@
+#include "fetch/remote_model.h"
+
+#include <fcntl.h>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include "fetch/hf_cache_writer.h"
+#include "fetch/local_file.h"
+#include "fetch/sha256.h"
+#include "format/error.h"
+
+namespace aprfs {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+constexpr uint64_t kMaxSmallFile = 256ull << 20;
+constexpr uint64_t kFirstHeaderRead = 64 << 10;
+
+bool ValidRepoPart(const std::string& part) {
+  if (part.empty() || part.size() > 96) return false;
+  if (part.front() == '-' || part.front() == '.' || part.back() == '-' || part.back() == '.') {
+    return false;
+  }
+  if (part.find("--") != std::string::npos || part.find("..") != std::string::npos) return false;
+  return std::all_of(part.begin(), part.end(), [](unsigned char c) {
+    return std::isalnum(c) || c == '_' || c == '.' || c == '-';
+  });
+}
+
+// No "..", no absolute paths: revisions and repo paths become file names in the caches.
+bool SafeRelativePath(const std::string& path) {
+  if (path.empty() || path.front() == '/' || path.find('\0') != std::string::npos) return false;
+  std::stringstream segments(path);
+  std::string segment;
+  while (std::getline(segments, segment, '/')) {
+    if (segment.empty() || segment == "." || segment == "..") return false;
+  }
+  return true;
+}
+
+std::optional<std::string> ReadFileIfExists(const std::string& path, uint64_t max_bytes) {
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) return std::nullopt;
+  try {
+    return ReadSmallFile(path, max_bytes);
+  } catch (const FormatError&) {
+    return std::nullopt;
+  }
+}
+
+// Temp file + rename, so a reader (another mount) never sees half a file.
+void WriteAtomically(const std::string& path, std::string_view content) {
+  std::error_code ec;
+  fs::create_directories(fs::path(path).parent_path(), ec);
+  std::string temp = path + ".tmp." + std::to_string(::getpid()) + "." +
+                     std::to_string(std::random_device{}());
+  {
+    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
+    out.write(content.data(), static_cast<std::streamsize>(content.size()));
+    if (!out) {
+      fs::remove(temp, ec);
+      spdlog::warn("cannot write the metadata cache file {}", path);
+      return;
+    }
+  }
+  fs::rename(temp, path, ec);
+  if (ec) fs::remove(temp, ec);
+}
+
+std::string MetaDir(RemoteContext& context, const std::string& repo_id) {
+  return context.settings().cache_dir + "/meta/" + ModelRepoFolderName(repo_id);
+}
+
+std::string RevisionJson(const RepoRevision& revision) {
+  json files = json::array();
+  for (const RepoFile& file : revision.files) {
+    json item = {{"path", file.path}, {"size", file.size}, {"blob_id", file.blob_id}};
+    if (file.sha256) item["sha256"] = *file.sha256;
+    files.push_back(item);
+  }
+  return json{{"repo_id", revision.repo_id}, {"commit", revision.commit}, {"files", files}}.dump();
+}
+
+std::optional<RepoRevision> ParseRevisionJson(const std::string& text) {
+  try {
+    json info = json::parse(text);
+    RepoRevision revision;
+    revision.repo_id = info.at("repo_id").get<std::string>();
+    revision.commit = info.at("commit").get<std::string>();
+    for (const json& item : info.at("files")) {
+      RepoFile file;
+      file.path = item.at("path").get<std::string>();
+      file.size = item.at("size").get<uint64_t>();
+      file.blob_id = item.at("blob_id").get<std::string>();
+      if (item.contains("sha256")) file.sha256 = item["sha256"].get<std::string>();
+      revision.files.push_back(std::move(file));
+    }
+    if (!IsCommitHash(revision.commit)) return std::nullopt;
+    return revision;
+  } catch (const json::exception&) {
+    return std::nullopt;
+  }
+}
+
+// The commit and file list: from the Hub (then cached), or from the cache when the Hub cannot
+// answer (offline, unreachable, failing) as the official client falls back on its cache.
+RepoRevision ResolveRevision(RemoteContext& context, const RemoteRepoSpec& spec) {
+  const std::string meta = MetaDir(context, spec.repo_id);
+  auto cached = [&]() -> std::optional<RepoRevision> {
+    std::string commit = spec.revision;
+    if (!IsCommitHash(commit)) {
+      std::optional<std::string> ref = ReadFileIfExists(meta + "/refs/" + spec.revision, 100);
+      if (!ref) return std::nullopt;
+      commit = *ref;
+    }
+    std::optional<std::string> text = ReadFileIfExists(meta + "/" + commit + "/revision.json",
+                                                       kMaxSmallFile);
+    return text ? ParseRevisionJson(*text) : std::nullopt;
+  };
+  // A commit never changes: no need to ask the Hub again.
+  if (IsCommitHash(spec.revision)) {
+    if (auto revision = cached()) return *revision;
+  }
+  try {
+    RepoRevision revision = context.hub().Resolve(spec.repo_id, spec.revision);
+    WriteAtomically(meta + "/" + revision.commit + "/revision.json", RevisionJson(revision));
+    if (!IsCommitHash(spec.revision)) WriteAtomically(meta + "/refs/" + spec.revision, revision.commit);
+    return revision;
+  } catch (const HubError& e) {
+    if (!e.CacheMayAnswer()) throw;
+    if (auto revision = cached()) {
+      spdlog::warn("{}@{}: using cached metadata of commit {} ({})", spec.repo_id, spec.revision,
+                   revision->commit, e.what());
+      return *revision;
+    }
+    throw HubError(e.kind(), std::string(e.what()) + "; no metadata cached by an earlier mount");
+  }
+}
+
+// A complete copy of the file in the local HF cache, at this commit, if there is one.
+std::optional<std::string> LocalCopy(RemoteContext& context, const RepoRevision& revision,
+                                     const RepoFile& file) {
+  if (!context.settings().hf_cache) return std::nullopt;
+  std::string path = *context.settings().hf_cache + "/" + ModelRepoFolderName(revision.repo_id) +
+                     "/snapshots/" + revision.commit + "/" + file.path;
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
+  if (static_cast<uint64_t>(st.st_size) != file.size) return std::nullopt;
+  return path;
+}
+
+std::string SmallFile(RemoteContext& context, const RepoRevision& revision, const RepoFile& file) {
+  if (auto local = LocalCopy(context, revision, file)) {
+    if (auto text = ReadFileIfExists(*local, kMaxSmallFile)) return *text;
+  }
+  std::string cached = MetaDir(context, revision.repo_id) + "/" + revision.commit + "/files/" + file.path;
+  if (auto text = ReadFileIfExists(cached, kMaxSmallFile)) return *text;
+  std::string text = context.hub().Download(revision.repo_id, revision.commit, file.path, kMaxSmallFile);
+  WriteAtomically(cached, text);
+  return text;
+}
+
+// Bytes [begin, begin+length) of an LFS file, by one validated range request (with retries).
+std::string FetchRange(RemoteContext& context, const RepoRevision& revision, const RepoFile& file,
+                       uint64_t begin, uint64_t length) {
+  HubClient& hub = context.hub();
+  std::string error;
+  std::optional<DataUrl> url;
+  for (int attempt = 0; attempt < hub.config().max_attempts; ++attempt) {
+    if (!url) {
+      try {
+        url = hub.ResolveData(revision.repo_id, revision.commit, file.path, /*attempts=*/1);
+      } catch (const HubError& e) {
+        if (!e.CacheMayAnswer()) throw;
+        error = e.what();
+        std::this_thread::sleep_for(RetryDelay(attempt, HttpResponse{}));
+        continue;
+      }
+    }
+    HttpRequest request;
+    request.url = url->url;
+    request.headers = hub.Headers(url->send_token);
+    request.headers.push_back("Range: bytes=" + std::to_string(begin) + "-" +
+                              std::to_string(begin + length - 1));
+    request.stall_timeout = hub.config().download_timeout;
+    request.deadline = context.settings().options.request_deadline;
+    request.max_collected_body = length;
+    HttpResponse response = ThreadHttpSession().Perform(request);
+    std::string expected = "bytes " + std::to_string(begin) + "-" +
+                           std::to_string(begin + length - 1) + "/" + std::to_string(file.size);
+    if (response.complete() && response.status == 206 &&
+        response.Header("content-range") == expected && response.body.size() == length) {
+      return std::move(response.body);
+    }
+    error = response.complete() && response.status == 206
+                ? "bad range answer (" + response.Header("content-range") + ", " +
+                      std::to_string(response.body.size()) + " bytes)"
+                : response.Describe();
+    if (response.status == 400 || response.status == 403 || response.status == 410) url.reset();
+    if (response.status == 401 || response.status == 404 || response.status == 416) break;
+    std::this_thread::sleep_for(RetryDelay(attempt, response));
+  }
+  throw HubError(HubError::Kind::Network, "cannot read bytes " + std::to_string(begin) + "-" +
+                                              std::to_string(begin + length - 1) + " of " +
+                                              file.path + ": " + error);
+}
+
+// The 8-byte length and JSON header of a remote shard: cached, else two range reads at most.
+std::string ShardHeaderBytes(RemoteContext& context, const RepoRevision& revision,
+                             const RepoFile& file) {
+  std::string cached = MetaDir(context, revision.repo_id) + "/" + revision.commit + "/headers/" +
+                       file.path + ".header";
+  if (auto bytes = ReadFileIfExists(cached, kMaxSafetensorsHeaderLen + 8)) return *bytes;
+  std::string bytes = FetchRange(context, revision, file, 0, std::min(kFirstHeaderRead, file.size));
+  uint64_t header_len = ParseSafetensorsHeaderLength(bytes, file.size, file.path);
+  if (bytes.size() < 8 + header_len) {
+    bytes += FetchRange(context, revision, file, bytes.size(), 8 + header_len - bytes.size());
+  }
+  bytes.resize(8 + header_len);
+  WriteAtomically(cached, bytes);
+  return bytes;
+}
+
+// When a shard's last chunk arrives: verify its sha256 against the Hub's, then hand the file
+// to the HF cache (where transformers and the next mount find it). A mismatch drops every chunk.
+void VerifyAndPublish(RemoteContext& context, RemoteFile& file, std::optional<std::string> branch) {
+  const RemoteBlob& blob = file.blob();
+  ChunkStore& store = file.store();
+  HashResult hash = Sha256OfRange(store.data_fd(), 0, blob.size, store.dir() + "/data");
+  if (!hash.ok()) {
+    spdlog::error("{}: cannot verify: {}", file.name(), hash.error);
+    return;
+  }
+  if (hash.hex != blob.sha256) {
+    spdlog::error("{}: sha256 {} does not match the Hub's {}: all its chunks dropped",
+                  file.name(), hash.hex, blob.sha256);
+    store.DropAll();
+    return;
+  }
+  spdlog::info("{}: complete and verified (sha256 {})", file.name(), hash.hex);
+  if (!context.settings().hf_cache || !store.MarkPublished()) return;
+  PublishRequest request;
+  request.cache_dir = *context.settings().hf_cache;
+  request.repo_id = blob.repo_id;
+  request.commit = blob.commit;
+  request.branch = std::move(branch);
+  request.path_in_repo = blob.path;
+  request.etag = blob.sha256;
+  request.source_path = store.dir() + "/data";
+  request.size = blob.size;
+  request.move_source = true;
+  PublishResult result = PublishToHfCache(request);
+  if (!result.ok) {
+    spdlog::warn("{}: not published to the HF cache: {}", file.name(), result.error);
+    store.MarkPublished(false);
+    return;
+  }
+  // The data now lives in the HF cache; this process still reads it through its descriptor.
+  std::error_code ec;
+  for (const char* name : {"map", "claims", "lock"}) fs::remove(store.dir() + "/" + name, ec);
+  fs::remove(store.dir(), ec);
+  spdlog::info("{}: published to {}", file.name(), request.cache_dir);
+}
+
+}  // namespace
+
+std::optional<RemoteRepoSpec> ParseRepoSpec(const std::string& text) {
+  RemoteRepoSpec spec;
+  size_t at = text.find('@');
+  spec.repo_id = text.substr(0, at);
+  if (at != std::string::npos) spec.revision = text.substr(at + 1);
+  if (spec.revision.empty() || !SafeRelativePath(spec.revision)) return std::nullopt;
+  size_t slash = spec.repo_id.find('/');
+  if (slash == std::string::npos) {
+    if (!ValidRepoPart(spec.repo_id)) return std::nullopt;
+  } else if (!ValidRepoPart(spec.repo_id.substr(0, slash)) ||
+             !ValidRepoPart(spec.repo_id.substr(slash + 1))) {
+    return std::nullopt;
+  }
+  return spec;
+}
+
+RemoteContext::RemoteContext(HubConfig hub, RemoteSettings settings)
+    : settings_(std::move(settings)),
+      hub_(std::move(hub)),
+      chunks_(settings_.cache_dir + "/chunks", settings_.cache_limit),
+      fetcher_(settings_.connections) {}
+
+LoadedModel LoadRemoteModel(RemoteContext& context, const RemoteRepoSpec& spec) {
+  RepoRevision revision = ResolveRevision(context, spec);
+  LoadedModel model;
+  size_t slash = spec.repo_id.find('/');
+  model.set.name = slash == std::string::npos ? spec.repo_id : spec.repo_id.substr(slash + 1);
+  model.set.source = "hf://" + spec.repo_id;
+
+  std::vector<std::string> shard_files;
+  if (const RepoFile* index = revision.Find(std::string(kWeightIndexFile))) {
+    model.set.index = ParseWeightIndex(SmallFile(context, revision, *index), index->path);
+    shard_files = model.set.index->shard_files;
+  } else if (revision.Find(std::string(kSingleShardFile))) {
+    shard_files = {std::string(kSingleShardFile)};
+  } else {
+    for (const RepoFile& file : revision.files) {
+      if (file.path.find('/') == std::string::npos && file.path.size() > 12 &&
+          file.path.compare(file.path.size() - 12, 12, ".safetensors") == 0) {
+        shard_files.push_back(file.path);
+      }
+    }
+    std::sort(shard_files.begin(), shard_files.end());
+  }
+  if (shard_files.empty()) {
+    throw FormatError(spec.repo_id + "@" + revision.commit + ": no safetensors files in the repo");
+  }
+
+  std::optional<std::string> branch;
+  if (!IsCommitHash(spec.revision)) branch = spec.revision;
+  for (const std::string& path : shard_files) {
+    const RepoFile* file = revision.Find(path);
+    if (!file) {
+      throw FormatError(std::string(kWeightIndexFile) + ": shard " + Quote(path) +
+                        " is not a file of " + spec.repo_id + "@" + revision.commit);
+    }
+    Shard shard;
+    shard.file = path;
+    shard.size = file->size;
+    if (auto local = LocalCopy(context, revision, *file)) {
+      std::shared_ptr<LocalFile> source = LocalFile::Open(*local);
+      std::string prefix(std::min<uint64_t>(8, file->size), '\0');
+      source->Read(0, prefix.size(), prefix.data());
+      uint64_t header_len = ParseSafetensorsHeaderLength(prefix, file->size, *local);
+      std::string header(header_len, '\0');
+      if (source->Read(8, header_len, header.data()) != 0) {
+        throw FormatError(*local + ": cannot read the header");
+      }
+      shard.header = ParseSafetensorsHeader(header, file->size, *local);
+      model.sources.push_back(std::move(source));
+    } else {
+      std::string bytes = ShardHeaderBytes(context, revision, *file);
+      std::string where = "hf://" + spec.repo_id + "/" + path;
+      shard.header = ParseSafetensorsHeader(std::string_view(bytes).substr(8), file->size, where);
+      RemoteBlob blob{spec.repo_id, revision.commit, path, file->size, file->sha256.value_or("")};
+      auto store = context.chunks().Store(file->etag(), file->size);
+      model.sources.push_back(std::make_shared<RemoteFile>(
+          blob, store, context.hub(), context.fetcher(), context.settings().options,
+          [&context, branch](RemoteFile& done) {
+            std::weak_ptr<RemoteFile> weak = done.weak_from_this();
+            context.fetcher().Submit(Fetcher::Priority::Background, [&context, weak, branch] {
+              if (auto file = weak.lock()) VerifyAndPublish(context, *file, branch);
+            });
+          }));
+    }
+    model.set.shards.push_back(std::move(shard));
+  }
+  if (const RepoFile* config = revision.Find("config.json")) {
+    model.set.config = ParseModelConfig(SmallFile(context, revision, *config), "config.json");
+  }
+  if (const RepoFile* tokenizer = revision.Find("tokenizer.json")) {
+    model.set.tokenizer =
+        ParseTokenizerJson(SmallFile(context, revision, *tokenizer),
+                           model.set.config.value_or(DefaultModelConfig()), "tokenizer.json");
+  }
+  return model;
+}
+
+}  // namespace aprfs

@@ -1,0 +1,57 @@
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "fetch/chunk_cache.h"
+#include "fetch/fetcher.h"
+#include "fetch/hub_client.h"
+#include "fetch/local_model.h"
+#include "fetch/remote_file.h"
+
+namespace aprfs {
+
+// `--repo ORG/NAME[@REVISION]`.
+struct RemoteRepoSpec {
+  std::string repo_id;
+  std::string revision = "main";
+};
+// Parses and validates a spec (repo id rules of hf-hub.md §1.2); nullopt when malformed.
+std::optional<RemoteRepoSpec> ParseRepoSpec(const std::string& text);
+
+// What every remote model of a daemon shares: the Hub client, the download workers, the chunk
+// cache, the metadata cache (what a plan needs, so a model mounts again offline), and the HF
+// cache complete shards are published into.
+struct RemoteSettings {
+  std::string cache_dir;                 // chunks/ and meta/ live here
+  uint64_t cache_limit = 0;              // bytes of chunks; 0 = no limit
+  unsigned connections = 8;
+  std::optional<std::string> hf_cache;   // read complete shards from / publish them to
+  RemoteOptions options;
+};
+
+class RemoteContext {
+ public:
+  RemoteContext(HubConfig hub, RemoteSettings settings);
+  HubClient& hub() { return hub_; }
+  ChunkCache& chunks() { return chunks_; }
+  Fetcher& fetcher() { return fetcher_; }
+  const RemoteSettings& settings() const { return settings_; }
+
+ private:
+  RemoteSettings settings_;
+  HubClient hub_;
+  ChunkCache chunks_;
+  Fetcher fetcher_;  // last: its workers stop before the cache and the client go away
+};
+
+// Builds the model of a Hub repo at a revision: resolves the revision to a commit (or, when
+// the Hub cannot be reached, uses the metadata cached by an earlier mount), reads the small JSON
+// files and the shards' headers (a few KB each, by range requests; cached), and gives one source
+// per shard: the HF cache blob when that shard is complete locally, else a RemoteFile. Throws
+// HubError or FormatError with a clear message.
+LoadedModel LoadRemoteModel(RemoteContext& context, const RemoteRepoSpec& spec);
+
+}  // namespace aprfs
