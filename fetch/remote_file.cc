@@ -113,10 +113,38 @@ void RemoteFile::FollowStreams(uint64_t offset, size_t length) {
   }
   stream->next = std::max(stream->next, offset + length);
   stream->used = now;
-  if (stream->next >= blob_.size) return;
-  uint64_t from = store_->ChunkOf(stream->next);
-  uint64_t to = std::min(store_->chunk_count() - 1, from + stream->window - 1);
-  for (uint64_t chunk = from; chunk <= to; ++chunk) {
+  uint64_t window = stream->window;
+  if (stream->next < blob_.size) {
+    uint64_t from = store_->ChunkOf(stream->next);
+    uint64_t to = std::min(store_->chunk_count() - 1, from + window - 1);
+    for (uint64_t chunk = from; chunk <= to; ++chunk) {
+      if (!store_->Present(chunk)) Schedule(chunk, Fetcher::Priority::Prefetch);
+    }
+    window -= std::min(window, to - from + 1);
+  }
+  // What is left of the window belongs to the next shard (not under our lock: it has its own).
+  if (window > 0 && !next_.expired()) {
+    std::weak_ptr<RemoteFile> next = next_;
+    fetcher_.Submit(Fetcher::Priority::Prefetch, [next, window] {
+      if (auto file = next.lock()) file->ContinueStream(window);
+    });
+  }
+}
+
+void RemoteFile::SetNext(std::weak_ptr<RemoteFile> next) {
+  std::lock_guard lock(mu_);
+  next_ = std::move(next);
+}
+
+void RemoteFile::ContinueStream(uint64_t window) {
+  std::lock_guard lock(mu_);
+  for (const Stream& stream : streams_) {
+    if (stream.next < store_->chunk_size()) return;  // already followed
+  }
+  if (streams_.size() >= kMaxStreams) streams_.erase(streams_.begin());
+  streams_.push_back({0, window, std::chrono::steady_clock::now()});
+  uint64_t to = std::min<uint64_t>(store_->chunk_count(), window);
+  for (uint64_t chunk = 0; chunk < to; ++chunk) {
     if (!store_->Present(chunk)) Schedule(chunk, Fetcher::Priority::Prefetch);
   }
 }

@@ -56,6 +56,10 @@ class RemoteFile final : public ByteSource, public std::enable_shared_from_this<
   uint64_t size() const override { return blob_.size; }
   const std::string& name() const override { return name_; }
 
+  // The shard a sequential reader of the .apr continues into after this one: a read-ahead
+  // window that runs past our end carries on at its start instead of restarting from nothing.
+  void SetNext(std::weak_ptr<RemoteFile> next);
+
   const RemoteBlob& blob() const { return blob_; }
   ChunkStore& store() { return *store_; }
   const RemoteStats& stats() const { return stats_; }
@@ -75,6 +79,8 @@ class RemoteFile final : public ByteSource, public std::enable_shared_from_this<
   };
 
   void FollowStreams(uint64_t offset, size_t length);  // requires mu_
+  // Starts a stream at our beginning with `window` chunks of read-ahead.
+  void ContinueStream(uint64_t window);
   void Schedule(uint64_t chunk, Fetcher::Priority priority);  // requires mu_
   void RunFetch(uint64_t chunk);
   // Fills one chunk; returns "" or the reason it failed.
@@ -102,6 +108,7 @@ class RemoteFile final : public ByteSource, public std::enable_shared_from_this<
   std::condition_variable changed_;
   std::map<uint64_t, ChunkState> chunks_;  // only chunks that were ever scheduled
   std::vector<Stream> streams_;
+  std::weak_ptr<RemoteFile> next_;
 
   std::mutex url_mu_;
   std::optional<DataUrl> url_;

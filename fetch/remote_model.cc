@@ -361,6 +361,12 @@ LoadedModel LoadRemoteModel(RemoteContext& context, const RemoteRepoSpec& spec) 
     }
     model.set.shards.push_back(std::move(shard));
   }
+  // Data is laid out in shard order: a sequential reader goes from one shard into the next.
+  for (size_t i = 0; i + 1 < model.sources.size(); ++i) {
+    auto current = std::dynamic_pointer_cast<RemoteFile>(model.sources[i]);
+    auto next = std::dynamic_pointer_cast<RemoteFile>(model.sources[i + 1]);
+    if (current && next) current->SetNext(next);
+  }
   if (const RepoFile* config = revision.Find("config.json")) {
     model.set.config = ParseModelConfig(SmallFile(context, revision, *config), "config.json");
   }

@@ -227,7 +227,17 @@ def preset_phi4(tie, shards):
     return Preset(tensors, config, tok, 6)
 
 
+def preset_bench_1g(tie, shards):
+    """A 1.08 GB llama-shaped BF16 model in 4 shards: big enough to measure downloads."""
+    h, inter, layers, heads, kv, vocab = 2048, 5632, 8, 16, 16, 32000
+    tensors = llama_tensors(h, inter, layers, heads, kv, vocab, tie=tie)
+    config = llama_config(h, inter, layers, heads, kv, vocab, tie, bos=1, eos=2)
+    tok = dict(vocab_size=vocab, n_merges=vocab - 256 - 2, specials=["<s>", "</s>"])
+    return Preset(tensors, config, tok, 4)
+
+
 PRESETS = {
+    "bench-1g": preset_bench_1g,
     "tiny": lambda tie, shards: preset_tiny(tie, shards),
     "llama-tiny": lambda tie, shards: preset_tiny(True, shards),
     "edge": preset_edge,
