@@ -55,8 +55,10 @@ std::string HfHome() {
 
 std::optional<std::string> DiscoverToken() {
   if (EnvFlag("HF_HUB_DISABLE_IMPLICIT_TOKEN")) return std::nullopt;
-  if (auto token = Env("HF_TOKEN")) return Strip(*token);
-  if (auto token = Env("HUGGING_FACE_HUB_TOKEN")) return Strip(*token);
+  // A variable holding only whitespace counts as unset, as in huggingface_hub's _clean_token.
+  for (const char* name : {"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"}) {
+    if (auto token = Env(name); token && !Strip(*token).empty()) return Strip(*token);
+  }
   std::ifstream file(Env("HF_TOKEN_PATH").value_or(HfHome() + "/token"));
   if (!file) return std::nullopt;
   std::stringstream text;
