@@ -161,6 +161,10 @@ HubError HubClient::ErrorFor(const HttpResponse& response) {
   if (response.Header("x-error-message") == "Access to this resource is disabled.") {
     return HubError(Kind::Disabled, "repository disabled: " + what);
   }
+  if (status == 401 && code != "RepoNotFound" &&
+      response.Header("x-error-message") == "Invalid credentials in Authorization header") {
+    return HubError(Kind::Unauthorized, "the token (HF_TOKEN or the token file) is invalid: " + what);
+  }
   if (code == "RepoNotFound" || status == 401) {
     return HubError(Kind::RepoNotFound,
                     "repository not found, or private/gated and HF_TOKEN missing or invalid: " + what);

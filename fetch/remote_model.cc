@@ -32,6 +32,7 @@ bool ValidRepoPart(const std::string& part) {
     return false;
   }
   if (part.find("--") != std::string::npos || part.find("..") != std::string::npos) return false;
+  if (part.size() >= 4 && part.compare(part.size() - 4, 4, ".git") == 0) return false;
   return std::all_of(part.begin(), part.end(), [](unsigned char c) {
     return std::isalnum(c) || c == '_' || c == '.' || c == '-';
   });
@@ -39,7 +40,10 @@ bool ValidRepoPart(const std::string& part) {
 
 // No "..", no absolute paths: revisions and repo paths become file names in the caches.
 bool SafeRelativePath(const std::string& path) {
-  if (path.empty() || path.front() == '/' || path.find('\0') != std::string::npos) return false;
+  if (path.empty() || path.front() == '/' || path.back() == '/' ||
+      path.find('\0') != std::string::npos) {
+    return false;
+  }
   std::stringstream segments(path);
   std::string segment;
   while (std::getline(segments, segment, '/')) {
