@@ -219,7 +219,9 @@ RemoteFile::Attempt RemoteFile::Download(const ChunkStore::Claim& claim, uint64_
   try {
     url = CurrentUrl();
   } catch (const HubError& e) {
-    return {e.what(), !e.CacheMayAnswer(), {}};
+    // Offline mode or a definite answer (gone, gated): retrying cannot help.
+    bool fatal = !e.CacheMayAnswer() || e.kind() == HubError::Kind::Offline;
+    return {e.what(), fatal, {}};
   }
   HttpRequest request;
   request.url = url.url;
