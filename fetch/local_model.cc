@@ -38,14 +38,16 @@ std::vector<std::string> AllSafetensorsIn(const fs::path& dir) {
   return files;
 }
 
-Shard ReadShard(const fs::path& dir, const std::string& file,
-                std::shared_ptr<LocalFile>& opened) {
-  fs::path path = dir / file;
+}  // namespace
+
+Shard ReadLocalShard(const std::string& dir, const std::string& file,
+                     std::shared_ptr<LocalFile>& opened) {
+  std::string path = (fs::path(dir) / file).string();
   try {
-    opened = LocalFile::Open(path.string());
+    opened = LocalFile::Open(path);
   } catch (const std::system_error& e) {
     throw FormatError("shard " + Quote(file) + " cannot be opened (" + e.code().message() + "): " +
-                      path.string());
+                      path);
   }
   Shard shard;
   shard.file = file;
@@ -53,19 +55,17 @@ Shard ReadShard(const fs::path& dir, const std::string& file,
   std::string prefix(8, '\0');
   size_t prefix_len = std::min<uint64_t>(8, shard.size);
   if (opened->Read(0, prefix_len, prefix.data()) != 0) {
-    throw FormatError(path.string() + ": cannot read the header length");
+    throw FormatError(path + ": cannot read the header length");
   }
   prefix.resize(prefix_len);
-  uint64_t header_len = ParseSafetensorsHeaderLength(prefix, shard.size, path.string());
+  uint64_t header_len = ParseSafetensorsHeaderLength(prefix, shard.size, path);
   std::string header(header_len, '\0');
   if (opened->Read(8, header_len, header.data()) != 0) {
-    throw FormatError(path.string() + ": cannot read the header");
+    throw FormatError(path + ": cannot read the header");
   }
-  shard.header = ParseSafetensorsHeader(header, shard.size, path.string());
+  shard.header = ParseSafetensorsHeader(header, shard.size, path);
   return shard;
 }
-
-}  // namespace
 
 std::string ReadSmallFile(const std::string& path, uint64_t max_bytes) {
   std::ifstream in(path, std::ios::binary);
@@ -114,7 +114,7 @@ LoadedModel LoadLocalModel(const std::string& dir, const std::string& name,
 
   for (const std::string& file : shard_files) {
     std::shared_ptr<LocalFile> opened;
-    model.set.shards.push_back(ReadShard(folder, file, opened));
+    model.set.shards.push_back(ReadLocalShard(dir, file, opened));
     model.sources.push_back(std::move(opened));
   }
   fs::path config_path = folder / "config.json";

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "fetch/byte_source.h"
+#include "fetch/local_file.h"
 #include "format/shard_set.h"
 
 namespace aprfs {
@@ -28,6 +29,10 @@ bool FolderHasSafetensors(const std::string& dir);
 LoadedModel LoadLocalModel(const std::string& dir, const std::string& name,
                            const std::optional<std::string>& source_uri,
                            std::vector<std::string>* files = nullptr);
+
+// Opens the shard `file` of `dir` and parses its header. Throws FormatError naming the path.
+Shard ReadLocalShard(const std::string& dir, const std::string& file,
+                     std::shared_ptr<LocalFile>& opened);
 
 // Reads a whole small file (config.json, tokenizer.json...); refuses files above `max_bytes`.
 std::string ReadSmallFile(const std::string& path, uint64_t max_bytes);

@@ -338,15 +338,10 @@ LoadedModel LoadRemoteModel(RemoteContext& context, const RemoteRepoSpec& spec) 
     shard.file = path;
     shard.size = file->size;
     if (auto local = LocalCopy(context, revision, *file)) {
-      std::shared_ptr<LocalFile> source = LocalFile::Open(*local);
-      std::string prefix(std::min<uint64_t>(8, file->size), '\0');
-      source->Read(0, prefix.size(), prefix.data());
-      uint64_t header_len = ParseSafetensorsHeaderLength(prefix, file->size, *local);
-      std::string header(header_len, '\0');
-      if (source->Read(8, header_len, header.data()) != 0) {
-        throw FormatError(*local + ": cannot read the header");
-      }
-      shard.header = ParseSafetensorsHeader(header, file->size, *local);
+      std::shared_ptr<LocalFile> source;
+      shard = ReadLocalShard(fs::path(*local).parent_path().string(),
+                             fs::path(*local).filename().string(), source);
+      shard.file = path;
       model.sources.push_back(std::move(source));
     } else {
       std::string bytes = ShardHeaderBytes(context, revision, *file);
