@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -30,7 +31,7 @@ std::optional<uint64_t> ParseSize(const std::string& text) {
   if (text.empty()) return std::nullopt;
   char* end = nullptr;
   double value = std::strtod(text.c_str(), &end);
-  if (end == text.c_str() || value < 0) return std::nullopt;
+  if (end == text.c_str() || !std::isfinite(value) || value < 0) return std::nullopt;
   std::string unit(end);
   if (!unit.empty() && (unit.back() == 'B' || unit.back() == 'b')) unit.pop_back();
   if (!unit.empty() && (unit.back() == 'i')) unit.pop_back();
@@ -40,6 +41,8 @@ std::optional<uint64_t> ParseSize(const std::string& text) {
   else if (unit == "G" || unit == "g") scale = 1024.0 * 1024 * 1024;
   else if (unit == "T" || unit == "t") scale = 1024.0 * 1024 * 1024 * 1024;
   else if (!unit.empty()) return std::nullopt;
+  // Beyond 2^63 is no real cache size, and the cast would be undefined.
+  if (value * scale >= 9.2e18) return std::nullopt;
   return static_cast<uint64_t>(value * scale);
 }
 

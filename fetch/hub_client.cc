@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -36,7 +37,10 @@ std::chrono::milliseconds EnvSeconds(const char* name, std::chrono::milliseconds
   if (!value) return fallback;
   char* end = nullptr;
   double seconds = std::strtod(value->c_str(), &end);
-  if (end == value->c_str() || seconds <= 0) return fallback;
+  // Non-finite or absurd values (over a day) keep the default rather than overflow.
+  if (end == value->c_str() || !std::isfinite(seconds) || seconds <= 0 || seconds > 86400) {
+    return fallback;
+  }
   return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
 }
 
