@@ -1,6 +1,9 @@
 #include "fetch/chunk_cache.h"
 
+#include <fcntl.h>
 #include <spdlog/spdlog.h>
+#include <sys/file.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -98,6 +101,13 @@ uint64_t ChunkCache::EnforceLimit() {
     }
   }
   if (limit_ == 0 || total <= limit_) return total;
+  // One evictor at a time across processes: two passes counting from the same snapshot would
+  // evict twice what is needed. Whoever holds the lock does the work.
+  int lock_fd = ::open((root_ + "/.evict.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (lock_fd < 0 || ::flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
+    if (lock_fd >= 0) ::close(lock_fd);
+    return total;
+  }
   std::sort(present.begin(), present.end(),
             [](const auto& a, const auto& b) { return std::get<0>(a) < std::get<0>(b); });
   // Down to 90 % of the limit, so downloads do not trigger an eviction per chunk.
@@ -110,6 +120,7 @@ uint64_t ChunkCache::EnforceLimit() {
       ++evicted;
     }
   }
+  ::close(lock_fd);
   spdlog::info("chunk cache: evicted {} chunks, {} bytes now present (limit {})", evicted, total,
                limit_);
   return total;
