@@ -175,7 +175,18 @@ std::vector<ModelRef> Catalog::Discover() const {
   std::vector<ModelRef> refs;
   // A --repo that is also in the local HF cache is one model: the --repo entry comes first and
   // the cache's entry of the same key is dropped (its complete shards are still read locally).
-  for (const RemoteRepoSpec& spec : options_.repos) refs.push_back(FromRepoOption(spec));
+  std::set<std::string> repo_ids;
+  for (const RemoteRepoSpec& spec : options_.repos) {
+    ModelRef ref = FromRepoOption(spec);
+    // The same repo at a second revision: shown as NAME@REV.apr beside NAME.apr.
+    if (!repo_ids.insert(spec.repo_id).second) {
+      std::string suffix = "@" + spec.revision;
+      std::replace(suffix.begin(), suffix.end(), '/', '_');
+      ref.key += suffix;
+      ref.name += suffix;
+    }
+    refs.push_back(std::move(ref));
+  }
   for (const std::string& source : options_.sources) {
     for (ModelRef& ref : FromSourceOption(source)) refs.push_back(std::move(ref));
   }

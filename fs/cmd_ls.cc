@@ -59,17 +59,26 @@ int RunLs(const LsArgs& args) {
     std::cout << "no models found\n";
     return 0;
   }
-  std::cout << std::left << std::setw(40) << "NAME" << std::setw(12) << "SIZE" << std::setw(8)
-            << "SHARDS" << "TENSORS\n";
+  std::vector<std::string> names;
+  size_t width = 4;
   for (const auto& model : models) {
     std::string name;
     for (const std::string& path : paths[model->ref.key]) name += (name.empty() ? "" : " ") + path;
     if (name.empty()) name = "(hidden: name taken) " + model->ref.key;
+    width = std::max(width, name.size());
+    names.push_back(name);
+  }
+  width += 2;
+  std::cout << std::left << std::setw(static_cast<int>(width)) << "NAME" << std::setw(12) << "SIZE"
+            << std::setw(8) << "SHARDS" << "TENSORS\n";
+  for (size_t i = 0; i < models.size(); ++i) {
+    const auto& model = models[i];
+    std::cout << std::setw(static_cast<int>(width)) << names[i];
     if (model->file) {
-      std::cout << std::setw(40) << name << std::setw(12) << HumanBytes(model->file->size())
-                << std::setw(8) << model->shard_count << model->file->plan().tensor_count << "\n";
+      std::cout << std::setw(12) << HumanBytes(model->file->size()) << std::setw(8)
+                << model->shard_count << model->file->plan().tensor_count << "\n";
     } else {
-      std::cout << std::setw(40) << name << "rejected: " << model->error << "\n";
+      std::cout << "rejected: " << model->error << "\n";
     }
   }
   return 0;
