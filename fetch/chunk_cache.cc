@@ -69,15 +69,23 @@ std::shared_ptr<ChunkStore> ChunkCache::Store(const std::string& etag, uint64_t 
   return ChunkStore::Open(root_ + "/" + etag, size, kChunkSize);
 }
 
-void ChunkCache::Poke() {
-  {
-    std::lock_guard lock(mu_);
-    poked_ = true;
+void ChunkCache::Reserve(uint64_t bytes) {
+  if (limit_ == 0) return;
+  std::lock_guard lock(reserve_mu_);
+  if (!known_present_ || *known_present_ + in_flight_ + bytes > limit_) {
+    known_present_ = EnforceLimit(in_flight_ + bytes);
   }
-  wake_.notify_all();
+  in_flight_ += bytes;
 }
 
-uint64_t ChunkCache::EnforceLimit() {
+void ChunkCache::Release(uint64_t bytes, bool stored) {
+  if (limit_ == 0) return;
+  std::lock_guard lock(reserve_mu_);
+  in_flight_ -= std::min(in_flight_, bytes);
+  if (stored && known_present_) *known_present_ += bytes;
+}
+
+uint64_t ChunkCache::EnforceLimit(uint64_t incoming) {
   std::vector<std::shared_ptr<ChunkStore>> stores;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(root_, ec)) {
@@ -100,7 +108,7 @@ uint64_t ChunkCache::EnforceLimit() {
       if (!store->Published()) present.emplace_back(store->LastAccess(chunk), store.get(), chunk);
     }
   }
-  if (limit_ == 0 || total <= limit_) return total;
+  if (limit_ == 0 || total + incoming <= limit_) return total;
   // One evictor at a time across processes: two passes counting from the same snapshot would
   // evict twice what is needed. Whoever holds the lock does the work.
   int lock_fd = ::open((root_ + "/.evict.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
@@ -110,8 +118,9 @@ uint64_t ChunkCache::EnforceLimit() {
   }
   std::sort(present.begin(), present.end(),
             [](const auto& a, const auto& b) { return std::get<0>(a) < std::get<0>(b); });
-  // Down to 90 % of the limit, so downloads do not trigger an eviction per chunk.
-  const uint64_t target = limit_ / 10 * 9;
+  // Down to 90 % of the limit minus what is coming, so downloads do not trigger a pass per chunk.
+  const uint64_t room = limit_ / 10 + incoming;
+  const uint64_t target = limit_ > room ? limit_ - room : 0;
   uint64_t evicted = 0;
   for (const auto& [access, store, chunk] : present) {
     if (total <= target) break;
@@ -121,7 +130,7 @@ uint64_t ChunkCache::EnforceLimit() {
     }
   }
   ::close(lock_fd);
-  spdlog::info("chunk cache: evicted {} chunks, {} bytes now present (limit {})", evicted, total,
+  spdlog::debug("chunk cache: evicted {} chunks, {} bytes now present (limit {})", evicted, total,
                limit_);
   return total;
 }
@@ -131,13 +140,13 @@ void ChunkCache::Janitor() {
   while (!stopping_) {
     lock.unlock();
     try {
-      EnforceLimit();
+      std::lock_guard reserve(reserve_mu_);
+      known_present_ = EnforceLimit(in_flight_);
     } catch (const std::exception& e) {
       spdlog::warn("chunk cache janitor: {}", e.what());
     }
     lock.lock();
-    wake_.wait_for(lock, std::chrono::seconds(5), [&] { return stopping_ || poked_; });
-    poked_ = false;
+    wake_.wait_for(lock, std::chrono::seconds(5), [&] { return stopping_; });
   }
 }
 

@@ -28,11 +28,15 @@ class ChunkCache {
   const std::string& root() const { return root_; }
   // The store of one remote file, by its etag (the sha256 of LFS files).
   std::shared_ptr<ChunkStore> Store(const std::string& etag, uint64_t size);
-  // Present bytes over every store, and one eviction pass if over the limit. Returns the bytes
-  // present after the pass. Called by the janitor; public for tests and `aprfs status`.
-  uint64_t EnforceLimit();
-  // Wakes the janitor early (after a burst of downloads).
-  void Poke();
+  // Present bytes over every store, and one eviction pass if they plus `incoming` exceed the
+  // limit. Returns the bytes present after the pass. Called by the janitor and Reserve; public
+  // for tests and `aprfs status`.
+  uint64_t EnforceLimit(uint64_t incoming = 0);
+  // Makes room for `bytes` about to be downloaded: evicts now when they would take the cache
+  // over its limit, so the limit holds while chunks arrive, not only when the janitor wakes.
+  void Reserve(uint64_t bytes);
+  // Ends a reservation: the chunk was stored (`stored`) or its download failed.
+  void Release(uint64_t bytes, bool stored);
 
  private:
   void Janitor();
@@ -42,7 +46,11 @@ class ChunkCache {
   std::mutex mu_;
   std::condition_variable wake_;
   bool stopping_ = false;
-  bool poked_ = false;
+  // Present bytes as of the last pass plus chunks stored since (other processes' downloads are
+  // seen by the next pass, the janitor's within seconds), and bytes being downloaded.
+  std::mutex reserve_mu_;
+  std::optional<uint64_t> known_present_;
+  uint64_t in_flight_ = 0;
   std::thread janitor_;
 };
 

@@ -271,9 +271,20 @@ bool ChunkStore::Evict(uint64_t chunk) {
   auto word = Word(chunk);
   // Absent (and a new generation) before the hole: a reader racing us sees the change.
   word.store((word.load(std::memory_order_relaxed) + 1) & kGeneration, std::memory_order_release);
-  ::fallocate(data_fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
-              static_cast<off_t>(ChunkBegin(chunk)), static_cast<off_t>(ChunkLength(chunk)));
+  PunchHole(chunk);
   return true;
+}
+
+void ChunkStore::Discard(const Claim& claim) {
+  if (Published() || Present(claim.chunk())) return;
+  PunchHole(claim.chunk());
+}
+
+void ChunkStore::PunchHole(uint64_t chunk) {
+  // A whole chunk's length even for the last one: punching past the end of the file frees its
+  // final partial block too, where the chunk's exact length would only zero it.
+  ::fallocate(data_fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+              static_cast<off_t>(ChunkBegin(chunk)), static_cast<off_t>(chunk_size_));
 }
 
 void ChunkStore::DropAll() {

@@ -71,6 +71,8 @@ class ChunkStore {
   int Write(const Claim& claim, uint64_t offset, std::string_view bytes);
   // Makes the chunk's bytes durable, then marks it present.
   int Commit(const Claim& claim);
+  // Frees what a failed download of the claimed (absent) chunk wrote, so it takes no disk.
+  void Discard(const Claim& claim);
 
   // Drops a present chunk if nobody holds it (punches the hole). True when dropped.
   bool Evict(uint64_t chunk);
@@ -91,6 +93,7 @@ class ChunkStore {
   std::atomic_ref<uint32_t> Flags() const;
   void Release(int fd, uint64_t chunk);
   void Touch(uint64_t chunk);
+  void PunchHole(uint64_t chunk);
   // Claims on a separate descriptor: OFD locks only conflict across descriptions, so the
   // evictor never takes a chunk a fetcher of this same process holds.
   std::unique_ptr<Claim> TryClaimOn(int fd, uint64_t chunk);

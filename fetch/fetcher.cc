@@ -10,6 +10,7 @@ Fetcher::~Fetcher() {
   {
     std::lock_guard lock(mu_);
     stopping_ = true;
+    stopping_flag_ = true;
   }
   cv_.notify_all();
   for (std::thread& thread : threads_) thread.join();
@@ -21,6 +22,11 @@ void Fetcher::Submit(Priority priority, std::function<void()> task) {
     queues_[static_cast<int>(priority)].push_back(std::move(task));
   }
   cv_.notify_one();
+}
+
+bool Fetcher::Pause(std::chrono::milliseconds duration) {
+  std::unique_lock lock(mu_);
+  return !cv_.wait_for(lock, duration, [&] { return stopping_; });
 }
 
 size_t Fetcher::Queued(Priority priority) const {

@@ -1,5 +1,7 @@
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -25,6 +27,11 @@ class Fetcher {
   unsigned workers() const { return static_cast<unsigned>(threads_.size()); }
   // Tasks waiting, per priority (for status and tests).
   size_t Queued(Priority priority) const;
+  // True once the destructor has begun: running tasks should give up (unmount must not wait
+  // for retries and backoffs).
+  bool Stopping() const { return stopping_flag_.load(std::memory_order_relaxed); }
+  // Sleeps for `duration` unless the pool stops first; false when it did.
+  bool Pause(std::chrono::milliseconds duration);
 
  private:
   void Run();
@@ -33,6 +40,7 @@ class Fetcher {
   std::condition_variable cv_;
   std::deque<std::function<void()>> queues_[3];
   bool stopping_ = false;
+  std::atomic<bool> stopping_flag_{false};
   std::vector<std::thread> threads_;
 };
 

@@ -33,6 +33,7 @@ struct Transfer {
   CURL* curl;
   bool headers_delivered = false;
   bool aborted_by_caller = false;
+  bool cancelled = false;
 };
 
 size_t OnHeader(char* data, size_t size, size_t count, void* user) {
@@ -56,6 +57,15 @@ bool DeliverHeaders(Transfer* t) {
     return false;
   }
   return true;
+}
+
+int OnProgress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
+  auto* t = static_cast<Transfer*>(user);
+  if (t->request->cancelled && t->request->cancelled()) {
+    t->cancelled = true;
+    return 1;  // libcurl ends the transfer with CURLE_ABORTED_BY_CALLBACK
+  }
+  return 0;
 }
 
 size_t OnBody(char* data, size_t size, size_t count, void* user) {
@@ -133,6 +143,11 @@ HttpResponse HttpSession::Perform(const HttpRequest& request) {
   curl_easy_setopt(curl, CURLOPT_HEADERDATA, &transfer);
   curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, OnBody);
   curl_easy_setopt(curl, CURLOPT_WRITEDATA, &transfer);
+  if (request.cancelled) {
+    curl_easy_setopt(curl, CURLOPT_NOPROGRESS, 0L);
+    curl_easy_setopt(curl, CURLOPT_XFERINFOFUNCTION, OnProgress);
+    curl_easy_setopt(curl, CURLOPT_XFERINFODATA, &transfer);
+  }
 
   CURLcode code = curl_easy_perform(curl);
   curl_slist_free_all(headers);
@@ -144,7 +159,9 @@ HttpResponse HttpSession::Perform(const HttpRequest& request) {
     curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &response.status);
     if (code == CURLE_OK) DeliverHeaders(&transfer);  // bodiless responses (HEAD, 3xx, 204)
   }
-  if (transfer.aborted_by_caller) {
+  if (transfer.cancelled) {
+    response.transport_error = "cancelled";
+  } else if (transfer.aborted_by_caller) {
     response.transport_error = "response refused";
   } else if (code != CURLE_OK) {
     response.transport_error = curl_easy_strerror(code);

@@ -40,6 +40,9 @@ struct HttpRequest {
   std::function<bool(const HttpResponse&)> on_headers;
   // When set, body bytes go here instead of HttpResponse::body; false aborts.
   std::function<bool(std::string_view)> on_body;
+  // When set, polled during the transfer (at least once a second, even while stalled);
+  // returning true abandons the request (transport_error "cancelled").
+  std::function<bool()> cancelled;
 };
 
 // One reusable libcurl handle: keeps its connections alive between requests. Not thread-safe:

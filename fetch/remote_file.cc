@@ -34,12 +34,13 @@ bool ParseContentRange(const std::string& text, uint64_t* first, uint64_t* last,
 
 }  // namespace
 
-RemoteFile::RemoteFile(RemoteBlob blob, std::shared_ptr<ChunkStore> store, HubClient& hub,
-                       Fetcher& fetcher, RemoteOptions options,
+RemoteFile::RemoteFile(RemoteBlob blob, std::shared_ptr<ChunkStore> store, ChunkCache& cache,
+                       HubClient& hub, Fetcher& fetcher, RemoteOptions options,
                        std::function<void(RemoteFile&)> on_complete)
     : blob_(std::move(blob)),
       name_("hf://" + blob_.repo_id + "@" + blob_.commit.substr(0, 12) + "/" + blob_.path),
       store_(std::move(store)),
+      cache_(cache),
       hub_(hub),
       fetcher_(fetcher),
       options_(options),
@@ -131,6 +132,11 @@ void RemoteFile::FollowStreams(uint64_t offset, size_t length) {
   }
 }
 
+void RemoteFile::DropAllChunks() {
+  store_->DropAll();
+  completed_ = false;
+}
+
 void RemoteFile::SetNext(std::weak_ptr<RemoteFile> next) {
   std::lock_guard lock(mu_);
   next_ = std::move(next);
@@ -189,6 +195,7 @@ void RemoteFile::RunFetch(uint64_t chunk) {
 }
 
 std::string RemoteFile::FetchChunk(uint64_t chunk) {
+  static const std::string kStopping = "the mount is stopping";
   const auto deadline = std::chrono::steady_clock::now() + options_.request_deadline;
   // Another process may be downloading this chunk: wait for it rather than fetch twice.
   std::unique_ptr<ChunkStore::Claim> claim;
@@ -197,18 +204,26 @@ std::string RemoteFile::FetchChunk(uint64_t chunk) {
     if (std::chrono::steady_clock::now() > deadline) {
       return "chunk " + std::to_string(chunk) + " is still being downloaded by another process";
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (!fetcher_.Pause(std::chrono::milliseconds(20))) return kStopping;
   }
   if (store_->Present(chunk)) return "";
+  const uint64_t length = store_->ChunkLength(chunk);
+  cache_.Reserve(length);
   std::string error;
-  for (int attempt = 0; attempt < hub_.config().max_attempts; ++attempt) {
+  for (int attempt = 1;; ++attempt) {
     Attempt result = Download(*claim, chunk);
-    if (result.error.empty()) return "";
     error = result.error;
-    if (result.fatal || std::chrono::steady_clock::now() > deadline) break;
-    spdlog::warn("{}: chunk {}: {} (attempt {})", name_, chunk, error, attempt + 1);
-    std::this_thread::sleep_for(RetryDelay(attempt, result.response));
+    if (error.empty() || result.fatal || fetcher_.Stopping()) break;
+    if (attempt >= hub_.config().max_attempts) break;  // no backoff after the last attempt
+    const auto delay = RetryDelay(attempt - 1, result.response);
+    if (std::chrono::steady_clock::now() + delay > deadline) break;
+    spdlog::warn("{}: chunk {}: {} (attempt {}, next in {} ms)", name_, chunk, error, attempt,
+                 delay.count());
+    if (!fetcher_.Pause(delay)) break;
   }
+  if (!error.empty()) store_->Discard(*claim);
+  cache_.Release(length, /*stored=*/error.empty());
+  if (!error.empty() && fetcher_.Stopping()) return kStopping;
   return error;
 }
 
@@ -230,6 +245,7 @@ RemoteFile::Attempt RemoteFile::Download(const ChunkStore::Claim& claim, uint64_
                             std::to_string(begin + length - 1));
   request.deadline = options_.request_deadline;
   request.stall_timeout = hub_.config().download_timeout;
+  request.cancelled = [this] { return fetcher_.Stopping(); };
   std::string refusal;
   uint64_t received = 0;
   int write_error = 0;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "fetch/byte_source.h"
+#include "fetch/chunk_cache.h"
 #include "fetch/chunk_store.h"
 #include "fetch/fetcher.h"
 #include "fetch/hub_client.h"
@@ -49,8 +50,9 @@ struct RemoteStats {
 // stores nothing. When the last chunk arrives, `on_complete` runs (verification, publication).
 class RemoteFile final : public ByteSource, public std::enable_shared_from_this<RemoteFile> {
  public:
-  RemoteFile(RemoteBlob blob, std::shared_ptr<ChunkStore> store, HubClient& hub, Fetcher& fetcher,
-             RemoteOptions options, std::function<void(RemoteFile&)> on_complete = {});
+  RemoteFile(RemoteBlob blob, std::shared_ptr<ChunkStore> store, ChunkCache& cache, HubClient& hub,
+             Fetcher& fetcher, RemoteOptions options,
+             std::function<void(RemoteFile&)> on_complete = {});
 
   int Read(uint64_t offset, size_t length, char* dst) override;
   uint64_t size() const override { return blob_.size; }
@@ -63,6 +65,9 @@ class RemoteFile final : public ByteSource, public std::enable_shared_from_this<
   const RemoteBlob& blob() const { return blob_; }
   ChunkStore& store() { return *store_; }
   const RemoteStats& stats() const { return stats_; }
+  // Forgets every chunk (a failed verification): they are fetched again, and the file is
+  // verified again once complete.
+  void DropAllChunks();
 
  private:
   enum class Phase { Idle, Queued, Fetching };
@@ -98,6 +103,7 @@ class RemoteFile final : public ByteSource, public std::enable_shared_from_this<
   const RemoteBlob blob_;
   const std::string name_;
   std::shared_ptr<ChunkStore> store_;
+  ChunkCache& cache_;
   HubClient& hub_;
   Fetcher& fetcher_;
   const RemoteOptions options_;

@@ -240,7 +240,11 @@ std::string ShardHeaderBytes(RemoteContext& context, const RepoRevision& revisio
 void VerifyAndPublish(RemoteContext& context, RemoteFile& file, std::optional<std::string> branch) {
   const RemoteBlob& blob = file.blob();
   ChunkStore& store = file.store();
-  HashResult hash = Sha256OfRange(store.data_fd(), 0, blob.size, store.dir() + "/data");
+  HashCallbacks callbacks;
+  callbacks.cancelled = [&context] { return context.fetcher().Stopping(); };
+  HashResult hash =
+      Sha256OfRange(store.data_fd(), 0, blob.size, store.dir() + "/data", callbacks);
+  if (hash.cancelled) return;  // the next mount verifies it
   if (!hash.ok()) {
     spdlog::error("{}: cannot verify: {}", file.name(), hash.error);
     return;
@@ -248,7 +252,7 @@ void VerifyAndPublish(RemoteContext& context, RemoteFile& file, std::optional<st
   if (hash.hex != blob.sha256) {
     spdlog::error("{}: sha256 {} does not match the Hub's {}: all its chunks dropped",
                   file.name(), hash.hex, blob.sha256);
-    store.DropAll();
+    file.DropAllChunks();
     return;
   }
   spdlog::info("{}: complete and verified (sha256 {})", file.name(), hash.hex);
@@ -349,14 +353,21 @@ LoadedModel LoadRemoteModel(RemoteContext& context, const RemoteRepoSpec& spec) 
       shard.header = ParseSafetensorsHeader(std::string_view(bytes).substr(8), file->size, where);
       RemoteBlob blob{spec.repo_id, revision.commit, path, file->size, file->sha256.value_or("")};
       auto store = context.chunks().Store(file->etag(), file->size);
-      model.sources.push_back(std::make_shared<RemoteFile>(
-          blob, store, context.hub(), context.fetcher(), context.settings().options,
-          [&context, branch](RemoteFile& done) {
-            std::weak_ptr<RemoteFile> weak = done.weak_from_this();
-            context.fetcher().Submit(Fetcher::Priority::Background, [&context, weak, branch] {
-              if (auto file = weak.lock()) VerifyAndPublish(context, *file, branch);
-            });
-          }));
+      auto on_complete = [&context, branch](RemoteFile& done) {
+        std::weak_ptr<RemoteFile> weak = done.weak_from_this();
+        context.fetcher().Submit(Fetcher::Priority::Background, [&context, weak, branch] {
+          if (auto file = weak.lock()) VerifyAndPublish(context, *file, branch);
+        });
+      };
+      auto remote = std::make_shared<RemoteFile>(blob, store, context.chunks(), context.hub(),
+                                                 context.fetcher(), context.settings().options,
+                                                 on_complete);
+      // Complete but never published (a daemon stopped while verifying, or the HF cache was
+      // not writable then): verify and publish it now.
+      if (context.settings().hf_cache && store->Complete() && !store->Published()) {
+        on_complete(*remote);
+      }
+      model.sources.push_back(std::move(remote));
     }
     model.set.shards.push_back(std::move(shard));
   }

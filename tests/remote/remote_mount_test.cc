@@ -391,5 +391,42 @@ TEST_F(RemoteMountTest, ShardsAlreadyInTheHfCacheAreNotFetched) {
   EXPECT_TRUE(problems.empty()) << "the local shard was disturbed:\n" << Join(problems);
 }
 
+// Shards completed by a mount that could not publish them (here --no-hf-cache; likewise a
+// daemon stopped while verifying) are verified and published by the next mount that can,
+// without a single new download.
+TEST_F(RemoteMountTest, CompleteUnpublishedShardsArePublishedByTheNextMount) {
+  const SourceModel& tiny = TinyModel();
+  HubFixture& hub = StartHub("hub", {"--repo", "org/tiny=" + tiny.dir});
+  const std::string cache = Dir("cache");
+  AprfsMount* first = Mount("mnt", {"--repo", "org/tiny", "--cache-dir", cache, "--no-hf-cache"},
+                            Env(hub.endpoint()));
+  ASSERT_NE(first, nullptr);
+  ExpectWholeFileCorrect(first->Path("tiny.apr"), tiny);
+  Unmount(first);
+  const size_t downloads = DataRequestCount(hub.CdnLog());
+
+  const std::string hf = Dir("hf");
+  AprfsMount* second = Mount("mnt2", {"--repo", "org/tiny", "--cache-dir", cache, "--hf-cache", hf},
+                             Env(hub.endpoint()));
+  ASSERT_NE(second, nullptr);
+  // The plan (and with it the check of the chunk stores) is made on the first lookup.
+  ExpectWholeFileCorrect(second->Path("tiny.apr"), tiny);
+  const std::string commit = hub.Commit("org/tiny");
+  bool published = WaitFor(
+      [&] {
+        for (const std::string& shard : tiny.shards) {
+          if (!CheckPublished(hf, "org/tiny", commit, "main", shard, hub.Sha("org/tiny", shard),
+                              tiny.ShardPath(shard))
+                   .empty()) {
+            return false;
+          }
+        }
+        return true;
+      },
+      30s);
+  EXPECT_TRUE(published) << "the complete chunk stores were not published by the second mount";
+  EXPECT_EQ(DataRequestCount(hub.CdnLog()), downloads) << Describe(hub.CdnLog());
+}
+
 }  // namespace
 }  // namespace aprfs_rtest

@@ -134,13 +134,18 @@ TEST_F(ChunkCacheTest, EvictsLeastRecentlyUsedChunksDownToNinetyPercent) {
   EXPECT_EQ(cache.EnforceLimit(), 18u * kChunk);
   EXPECT_EQ(b->PresentCount() + c->PresentCount(), 8u);
 
-  // A new download pushes the total to 22 chunks; Poke wakes the janitor, which evicts the
-  // 4 oldest evictable chunks: C6 (1013), B7 (1014), C7 (1015), B8 (1016); B0 is still claimed.
+  // Reserving room for a 4-chunk download (18 + 4 > 20) evicts at once, down to 90 % of the
+  // limit minus the download: the 4 oldest evictable chunks C6 (1013), B7 (1014), C7 (1015),
+  // B8 (1016) go; B0 is still claimed.
+  cache.Reserve(4 * kChunk);
+  EXPECT_EQ(b->PresentCount() + c->PresentCount(), 4u) << "Reserve did not evict";
   auto d = NewStore("etagD", 4);
   ASSERT_TRUE(FillAll(*d, 4));  // accessed now: the newest
-  cache.Poke();
-  ASSERT_TRUE(WaitFor([&] { return b->PresentCount() + c->PresentCount() <= 4; }))
-      << "Poke did not wake the janitor";
+  cache.Release(4 * kChunk, /*stored=*/true);
+  // The cache counts what it reserved: another chunk fits without a pass (18 + 1 <= 20).
+  cache.Reserve(kChunk);
+  EXPECT_EQ(b->PresentCount() + c->PresentCount(), 4u);
+  cache.Release(kChunk, /*stored=*/false);
   EXPECT_EQ(PresentChunks(*b), (std::set<uint64_t>{0, 9}));
   EXPECT_EQ(PresentChunks(*c), (std::set<uint64_t>{8, 9}));
   EXPECT_EQ(PresentChunks(*d).size(), 4u);

@@ -570,6 +570,53 @@ TEST_F(ChunkStoreTest, EvictPunchesAHole) {
   EXPECT_EQ(rc, 0);
 }
 
+// The last chunk ends mid-block: its eviction frees that block too, not just zeroes it.
+TEST_F(ChunkStoreTest, EvictOfThePartialLastChunkLeavesNoData) {
+  const uint32_t chunk = 64 << 10;
+  const uint64_t size = 2ull * chunk + 5000;
+  const std::string content = PseudoRandomBytes(size, 23);
+  auto store = ChunkStore::Open(Dir(), size, chunk);
+  ASSERT_TRUE(FillAll(*store, content));
+  ASSERT_TRUE(store->Evict(2));
+  int fd = ::open((Dir() + "/data").c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  off_t at = ::lseek(fd, 2 * chunk, SEEK_DATA);
+  int err = errno;
+  ::close(fd);
+  EXPECT_TRUE(at < 0 && err == ENXIO) << "data left at " << at;
+  EXPECT_EQ(fs::file_size(Dir() + "/data"), size);
+}
+
+// A failed download's bytes are freed; a present chunk is never discarded.
+TEST_F(ChunkStoreTest, DiscardFreesAFailedDownload) {
+  const uint32_t chunk = 64 << 10;
+  const uint64_t size = 3ull * chunk;
+  const std::string content = PseudoRandomBytes(size, 24);
+  auto store = ChunkStore::Open(Dir(), size, chunk);
+  ASSERT_TRUE(FillChunk(*store, 0, content));
+  const std::string data = Dir() + "/data";
+  const uint64_t before = BlocksOf(data);
+  {
+    auto claim = store->TryClaim(1);
+    ASSERT_TRUE(claim);
+    ASSERT_EQ(store->Write(*claim, chunk, std::string_view(content).substr(chunk, chunk / 2)), 0);
+    int fd = ::open(data.c_str(), O_RDONLY);
+    ASSERT_GE(fd, 0);
+    EXPECT_EQ(::fdatasync(fd), 0);
+    ::close(fd);
+    EXPECT_GT(BlocksOf(data), before);
+    store->Discard(*claim);
+  }
+  EXPECT_EQ(BlocksOf(data), before) << "the partial chunk still takes disk";
+  EXPECT_FALSE(store->Present(1));
+  auto claim = store->TryClaim(0);
+  ASSERT_TRUE(claim);
+  store->Discard(*claim);
+  int rc = 0;
+  EXPECT_EQ(ReadRange(*store, 0, chunk, &rc), content.substr(0, chunk));
+  EXPECT_EQ(rc, 0);
+}
+
 TEST_F(ChunkStoreTest, EvictionStatePersistsAcrossRestart) {
   const uint64_t size = 3 * kChunk;
   const std::string content = PseudoRandomBytes(size, 21);
