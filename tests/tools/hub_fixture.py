@@ -723,8 +723,16 @@ def cmd_refresh(args):
     state["expires"] = int(time.time()) + state["url_ttl"]
     with open(state_dir + "/hub/nginx.conf", "w") as f:
         f.write(hub_config(state, state["expires"]))
+    old_workers = [p for p in nginx_group(pid) if p != pid]
     os.kill(pid, signal.SIGHUP)
     wait_generation(state["hub_port"], state["generation"], "reloaded hub nginx")
+    # Old workers finish their connections and may still accept one for a moment: the reload
+    # is done only when they are gone, or the next request can get an old answer.
+    deadline = time.monotonic() + START_DEADLINE
+    while any(proc_alive(p) and is_nginx_worker(p) for p in old_workers):
+        if time.monotonic() > deadline:
+            die("old hub nginx workers did not exit after the reload")
+        time.sleep(0.05)
     save_json(state_path(state_dir), state)
     info = public_info(state)
     save_json(state_dir + "/fixture.json", info)
