@@ -5,6 +5,7 @@
 #   1. curl, one stream per shard (what a plain downloader gets)
 #   2. aria2c -x 8 -s 8 (the classic parallel downloader)
 #   3. a cold sequential read of bench-1g.apr through an aprfs mount (8 connections)
+#   4. `aprfs prefetch` of the model into empty caches (fetch, verify, publish)
 # plus the time from `aprfs mount` to the first byte of the .apr.
 # Usage: bench/remote.sh   (env: APRFS=binary WORK=/var/tmp/aprfs-bench-remote RATE=bytes/s)
 set -euo pipefail
@@ -74,10 +75,23 @@ dd if="$MP/bench-1g.apr" of=/dev/null bs=1M status=none
 t1=$(now)
 APRFS_S=$(elapsed "$t0" "$t1")
 
+# 4. aprfs prefetch, cold: the whole model into fresh caches, verified and published.
+"$APRFS" umount "$MP"
+wait "$PID" 2>/dev/null || true
+PID=""
+rm -rf "$WORK/cache" "$WORK/hf"
+mkdir -p "$WORK/hf"
+t0=$(now)
+HF_ENDPOINT=$EP "$APRFS" prefetch "$REPO" --cache-dir "$WORK/cache" --hf-cache "$WORK/hf" \
+  --max-connections "$CONNECTIONS" >/dev/null 2>"$WORK/prefetch.log"
+t1=$(now)
+PREFETCH_S=$(elapsed "$t0" "$t1")
+
 mbs() { echo "scale=1; $1 / $2 / 1000000" | bc; }
 CURL_MBS=$(mbs "$BYTES" "$CURL_S")
 ARIA_MBS=$(mbs "$BYTES" "$ARIA_S")
 APRFS_MBS=$(mbs "$APR_BYTES" "$APRFS_S")
+PREFETCH_MBS=$(mbs "$BYTES" "$PREFETCH_S")
 cat <<REPORT
 remote benchmark: $BYTES shard bytes, CDN limit $RATE bytes/s per connection, aprfs $CONNECTIONS connections
 | measure | value |
@@ -88,4 +102,6 @@ remote benchmark: $BYTES shard bytes, CDN limit $RATE bytes/s per connection, ap
 | aprfs: cold sequential read of the .apr (dd bs=1M) | ${APRFS_S} s, ${APRFS_MBS} MB/s |
 | ratio aprfs / aria2c | $(echo "scale=2; $APRFS_MBS / $ARIA_MBS" | bc) |
 | ratio aprfs / curl | $(echo "scale=2; $APRFS_MBS / $CURL_MBS" | bc) |
+| aprfs prefetch, cold (fetch + sha256 + publish) | ${PREFETCH_S} s, ${PREFETCH_MBS} MB/s |
+| ratio prefetch / aria2c | $(echo "scale=2; $PREFETCH_MBS / $ARIA_MBS" | bc) |
 REPORT

@@ -164,6 +164,14 @@ uint64_t ChunkStore::PresentCount() const {
   return count;
 }
 
+uint64_t ChunkStore::PresentBytes() const {
+  uint64_t bytes = 0;
+  for (uint64_t chunk = 0; chunk < chunk_count_; ++chunk) {
+    if (Present(chunk)) bytes += ChunkLength(chunk);
+  }
+  return bytes;
+}
+
 uint32_t ChunkStore::LastAccess(uint64_t chunk) const {
   return Access(chunk).load(std::memory_order_relaxed);
 }

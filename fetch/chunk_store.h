@@ -42,6 +42,7 @@ class ChunkStore {
 
   bool Present(uint64_t chunk) const;
   uint64_t PresentCount() const;
+  uint64_t PresentBytes() const;  // the bytes of the present chunks
   bool Complete() const { return PresentCount() == chunk_count_; }
   // Seconds (since the epoch) a chunk was last read or written, for LRU eviction.
   uint32_t LastAccess(uint64_t chunk) const;

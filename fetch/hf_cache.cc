@@ -91,4 +91,16 @@ std::vector<CachedRepo> ListCachedModels(const std::string& cache_dir) {
   return repos;
 }
 
+std::optional<std::string> HfBlobSha256(const std::string& path) {
+  std::error_code ec;
+  const std::filesystem::path real = std::filesystem::canonical(path, ec);
+  if (ec || real.parent_path().filename() != "blobs") return std::nullopt;
+  const std::string name = real.filename().string();
+  if (name.size() != 64) return std::nullopt;
+  for (char c : name) {
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return std::nullopt;
+  }
+  return name;
+}
+
 }  // namespace aprfs

@@ -23,6 +23,10 @@ struct CachedRepo {
 // Every `models--*` folder of the cache. Datasets and spaces are not models and are skipped.
 std::vector<CachedRepo> ListCachedModels(const std::string& cache_dir);
 
+// The sha256 an HF cache blob is named by (hf-hub.md §6.1) when `path` (a snapshot symlink, a
+// blob, or /proc/self/fd/N) resolves to blobs/<64 lowercase hex>; nullopt otherwise.
+std::optional<std::string> HfBlobSha256(const std::string& path);
+
 // "models--org--name" -> "org/name"; nullopt for a folder that is not a model repo.
 std::optional<std::string> RepoIdFromFolder(const std::string& folder_name);
 

@@ -12,6 +12,7 @@ namespace {
 constexpr size_t kMaxStreams = 8;
 // Signed CDN URLs live about an hour; resolve again well before.
 constexpr auto kUrlLifetime = std::chrono::minutes(45);
+constexpr auto kCancelPoll = std::chrono::milliseconds(200);
 
 // "W/\"abc\"" -> "abc", as huggingface_hub normalizes ETags.
 std::string NormalizeEtag(std::string etag) {
@@ -50,8 +51,6 @@ int RemoteFile::Read(uint64_t offset, size_t length, char* dst) {
   if (length == 0) return 0;
   if (offset > blob_.size || length > blob_.size - offset) return EIO;
   const auto deadline = std::chrono::steady_clock::now() + options_.read_deadline;
-  const uint64_t first = store_->ChunkOf(offset);
-  const uint64_t last = store_->ChunkOf(offset + length - 1);
   {
     std::lock_guard lock(mu_);
     FollowStreams(offset, length);
@@ -59,32 +58,60 @@ int RemoteFile::Read(uint64_t offset, size_t length, char* dst) {
   for (;;) {
     int result = store_->Read(offset, length, dst);
     if (result != ENODATA) return result;
-    std::unique_lock lock(mu_);
-    // Failures counted before we asked: only newer ones are about our request.
-    std::map<uint64_t, uint64_t> failures_seen;
-    for (uint64_t chunk = first; chunk <= last; ++chunk) {
-      if (store_->Present(chunk)) continue;
-      failures_seen[chunk] = chunks_[chunk].failures;
-      Schedule(chunk, Fetcher::Priority::Demand);
-    }
-    std::string failure;
-    bool ready = changed_.wait_until(lock, deadline, [&] {
-      for (auto& [chunk, seen] : failures_seen) {
-        const ChunkState& state = chunks_[chunk];
-        if (state.failures > seen) {
-          failure = state.last_error;
-          return true;
-        }
-        if (!store_->Present(chunk)) return false;
+    const std::string what =
+        "read of " + std::to_string(length) + " bytes at " + std::to_string(offset);
+    result = AwaitChunks(store_->ChunkOf(offset), store_->ChunkOf(offset + length - 1), deadline,
+                         {}, what);
+    if (result != 0) return result;
+  }
+}
+
+int RemoteFile::Fetch(uint64_t chunk, const std::function<bool()>& cancelled) {
+  if (chunk >= store_->chunk_count()) return EINVAL;
+  const auto deadline = std::chrono::steady_clock::now() + options_.read_deadline;
+  while (!store_->Present(chunk)) {
+    int result = AwaitChunks(chunk, chunk, deadline, cancelled, "chunk " + std::to_string(chunk));
+    if (result != 0) return result;
+  }
+  return 0;
+}
+
+int RemoteFile::AwaitChunks(uint64_t first, uint64_t last,
+                            std::chrono::steady_clock::time_point deadline,
+                            const std::function<bool()>& cancelled, const std::string& what) {
+  std::unique_lock lock(mu_);
+  // Failures counted before we asked: only newer ones are about our request.
+  std::map<uint64_t, uint64_t> failures_seen;
+  for (uint64_t chunk = first; chunk <= last; ++chunk) {
+    if (store_->Present(chunk)) continue;
+    failures_seen[chunk] = chunks_[chunk].failures;
+    Schedule(chunk, Fetcher::Priority::Demand);
+  }
+  std::string failure;
+  auto settled = [&] {
+    for (auto& [chunk, seen] : failures_seen) {
+      const ChunkState& state = chunks_[chunk];
+      if (state.failures > seen) {
+        failure = state.last_error;
+        return true;
       }
-      return true;
-    });
+      if (!store_->Present(chunk)) return false;
+    }
+    return true;
+  };
+  for (;;) {
+    auto until = deadline;
+    // A caller that can be cancelled is looked at five times a second.
+    if (cancelled) until = std::min(until, std::chrono::steady_clock::now() + kCancelPoll);
+    bool ready = changed_.wait_until(lock, until, settled);
     if (!failure.empty()) {
-      spdlog::error("{}: read of {} bytes at {} failed: {}", name_, length, offset, failure);
+      spdlog::error("{}: {} failed: {}", name_, what, failure);
       return EIO;
     }
-    if (!ready) {
-      spdlog::error("{}: read of {} bytes at {} timed out after {} s", name_, length, offset,
+    if (ready) return 0;
+    if (cancelled && cancelled()) return ECANCELED;
+    if (std::chrono::steady_clock::now() >= deadline) {
+      spdlog::error("{}: {} timed out after {} s", name_, what,
                     options_.read_deadline.count() / 1000);
       return EIO;
     }
@@ -130,6 +157,17 @@ void RemoteFile::FollowStreams(uint64_t offset, size_t length) {
       if (auto file = next.lock()) file->ContinueStream(window);
     });
   }
+}
+
+RemoteFile::Activity RemoteFile::CurrentActivity() {
+  std::lock_guard lock(mu_);
+  Activity activity;
+  for (const auto& [chunk, state] : chunks_) {
+    if (state.phase == Phase::Fetching) ++activity.in_flight;
+    if (state.phase != Phase::Queued) continue;
+    ++(state.demand ? activity.queued_demand : activity.queued_prefetch);
+  }
+  return activity;
 }
 
 void RemoteFile::DropAllChunks() {

@@ -58,6 +58,10 @@ class RemoteFile final : public ByteSource, public std::enable_shared_from_this<
   uint64_t size() const override { return blob_.size; }
   const std::string& name() const override { return name_; }
 
+  // Makes one chunk present without reading it (prefetch): 0, EIO when it cannot be fetched
+  // within the read deadline, ECANCELED as soon as `cancelled` says so.
+  int Fetch(uint64_t chunk, const std::function<bool()>& cancelled = {});
+
   // The shard a sequential reader of the .apr continues into after this one: a read-ahead
   // window that runs past our end carries on at its start instead of restarting from nothing.
   void SetNext(std::weak_ptr<RemoteFile> next);
@@ -65,6 +69,13 @@ class RemoteFile final : public ByteSource, public std::enable_shared_from_this<
   const RemoteBlob& blob() const { return blob_; }
   ChunkStore& store() { return *store_; }
   const RemoteStats& stats() const { return stats_; }
+  // Chunks waiting for a download worker (by why) and being downloaded now, for status pages.
+  struct Activity {
+    uint64_t queued_demand = 0;
+    uint64_t queued_prefetch = 0;
+    uint64_t in_flight = 0;
+  };
+  Activity CurrentActivity();
   // Forgets every chunk (a failed verification): they are fetched again, and the file is
   // verified again once complete.
   void DropAllChunks();
@@ -84,6 +95,10 @@ class RemoteFile final : public ByteSource, public std::enable_shared_from_this<
   };
 
   void FollowStreams(uint64_t offset, size_t length);  // requires mu_
+  // Schedules the absent chunks of [first, last] as demand and waits for them: 0, EIO (a
+  // failure or the deadline; logged with `what`), or ECANCELED.
+  int AwaitChunks(uint64_t first, uint64_t last, std::chrono::steady_clock::time_point deadline,
+                  const std::function<bool()>& cancelled, const std::string& what);
   // Starts a stream at our beginning with `window` chunks of read-ahead.
   void ContinueStream(uint64_t window);
   void Schedule(uint64_t chunk, Fetcher::Priority priority);  // requires mu_

@@ -237,31 +237,38 @@ std::string ShardHeaderBytes(RemoteContext& context, const RepoRevision& revisio
 
 // When a shard's last chunk arrives: verify its sha256 against the Hub's, then hand the file
 // to the HF cache (where transformers and the next mount find it). A mismatch drops every chunk.
-void VerifyAndPublish(RemoteContext& context, RemoteFile& file, std::optional<std::string> branch) {
+}  // namespace
+
+VerifyResult VerifyAndPublish(RemoteContext& context, RemoteFile& file,
+                              const std::optional<std::string>& branch,
+                              const HashCallbacks& callbacks) {
   const RemoteBlob& blob = file.blob();
   ChunkStore& store = file.store();
-  HashCallbacks callbacks;
-  callbacks.cancelled = [&context] { return context.fetcher().Stopping(); };
-  HashResult hash =
-      Sha256OfRange(store.data_fd(), 0, blob.size, store.dir() + "/data", callbacks);
-  if (hash.cancelled) return;  // the next mount verifies it
+  HashCallbacks hashing = callbacks;
+  hashing.cancelled = [&] {
+    return context.fetcher().Stopping() || (callbacks.cancelled && callbacks.cancelled());
+  };
+  HashResult hash = Sha256OfRange(store.data_fd(), 0, blob.size, store.dir() + "/data", hashing);
+  if (hash.cancelled) return {VerifyResult::Verdict::Cancelled, "cancelled"};  // next time
   if (!hash.ok()) {
     spdlog::error("{}: cannot verify: {}", file.name(), hash.error);
-    return;
+    return {VerifyResult::Verdict::Error, "cannot verify: " + hash.error};
   }
   if (hash.hex != blob.sha256) {
-    spdlog::error("{}: sha256 {} does not match the Hub's {}: all its chunks dropped",
-                  file.name(), hash.hex, blob.sha256);
+    std::string message = "sha256 " + hash.hex + " does not match the Hub's " + blob.sha256 +
+                          ": all its chunks dropped";
+    spdlog::error("{}: {}", file.name(), message);
     file.DropAllChunks();
-    return;
+    return {VerifyResult::Verdict::Mismatch, message};
   }
   spdlog::info("{}: complete and verified (sha256 {})", file.name(), hash.hex);
-  if (!context.settings().hf_cache || !store.MarkPublished()) return;
+  if (!context.settings().hf_cache) return {VerifyResult::Verdict::Good, "verified"};
+  if (!store.MarkPublished()) return {VerifyResult::Verdict::Good, "verified (already published)"};
   PublishRequest request;
   request.cache_dir = *context.settings().hf_cache;
   request.repo_id = blob.repo_id;
   request.commit = blob.commit;
-  request.branch = std::move(branch);
+  request.branch = branch;
   request.path_in_repo = blob.path;
   request.etag = blob.sha256;
   request.source_path = store.dir() + "/data";
@@ -271,16 +278,16 @@ void VerifyAndPublish(RemoteContext& context, RemoteFile& file, std::optional<st
   if (!result.ok) {
     spdlog::warn("{}: not published to the HF cache: {}", file.name(), result.error);
     store.MarkPublished(false);
-    return;
+    return {VerifyResult::Verdict::Good, "verified, not published: " + result.error};
   }
   // The data now lives in the HF cache; this process still reads it through its descriptor.
   std::error_code ec;
   for (const char* name : {"map", "claims", "lock"}) fs::remove(store.dir() + "/" + name, ec);
   fs::remove(store.dir(), ec);
   spdlog::info("{}: published to {}", file.name(), request.cache_dir);
+  return {VerifyResult::Verdict::Good, "verified, published to " + request.cache_dir};
 }
 
-}  // namespace
 
 std::optional<RemoteRepoSpec> ParseRepoSpec(const std::string& text) {
   RemoteRepoSpec spec;
@@ -353,18 +360,20 @@ LoadedModel LoadRemoteModel(RemoteContext& context, const RemoteRepoSpec& spec) 
       shard.header = ParseSafetensorsHeader(std::string_view(bytes).substr(8), file->size, where);
       RemoteBlob blob{spec.repo_id, revision.commit, path, file->size, file->sha256.value_or("")};
       auto store = context.chunks().Store(file->etag(), file->size);
-      auto on_complete = [&context, branch](RemoteFile& done) {
+      std::function<void(RemoteFile&)> on_complete = [&context, branch](RemoteFile& done) {
         std::weak_ptr<RemoteFile> weak = done.weak_from_this();
         context.fetcher().Submit(Fetcher::Priority::Background, [&context, weak, branch] {
           if (auto file = weak.lock()) VerifyAndPublish(context, *file, branch);
         });
       };
-      auto remote = std::make_shared<RemoteFile>(blob, store, context.chunks(), context.hub(),
-                                                 context.fetcher(), context.settings().options,
-                                                 on_complete);
+      auto remote = std::make_shared<RemoteFile>(
+          blob, store, context.chunks(), context.hub(), context.fetcher(),
+          context.settings().options,
+          context.settings().verify_when_complete ? on_complete : std::function<void(RemoteFile&)>());
       // Complete but never published (a daemon stopped while verifying, or the HF cache was
       // not writable then): verify and publish it now.
-      if (context.settings().hf_cache && store->Complete() && !store->Published()) {
+      if (context.settings().verify_when_complete && context.settings().hf_cache &&
+          store->Complete() && !store->Published()) {
         on_complete(*remote);
       }
       model.sources.push_back(std::move(remote));

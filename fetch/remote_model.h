@@ -10,6 +10,7 @@
 #include "fetch/hub_client.h"
 #include "fetch/local_model.h"
 #include "fetch/remote_file.h"
+#include "fetch/sha256.h"
 
 namespace aprfs {
 
@@ -30,6 +31,9 @@ struct RemoteSettings {
   unsigned connections = 8;
   std::optional<std::string> hf_cache;   // read complete shards from / publish them to
   RemoteOptions options;
+  // Verify (and publish) a shard in the background as soon as its last chunk arrives. Off for
+  // `aprfs prefetch`, which verifies in the foreground with progress.
+  bool verify_when_complete = true;
 };
 
 class RemoteContext {
@@ -53,5 +57,17 @@ class RemoteContext {
 // per shard: the HF cache blob when that shard is complete locally, else a RemoteFile. Throws
 // HubError or FormatError with a clear message.
 LoadedModel LoadRemoteModel(RemoteContext& context, const RemoteRepoSpec& spec);
+
+struct VerifyResult {
+  enum class Verdict { Good, Mismatch, Error, Cancelled };
+  Verdict verdict;
+  std::string message;
+};
+// Checks a complete remote shard's sha256 against the Hub's; a mismatch drops every chunk (they
+// are fetched again), a match publishes the shard into the HF cache (when there is one) under
+// the commit and, when given, the branch's ref.
+VerifyResult VerifyAndPublish(RemoteContext& context, RemoteFile& file,
+                              const std::optional<std::string>& branch,
+                              const HashCallbacks& callbacks = {});
 
 }  // namespace aprfs

@@ -231,10 +231,12 @@ std::shared_ptr<const Catalog::Listing> Catalog::Scan(bool force) {
 }
 
 std::shared_ptr<const BuiltModel> Catalog::Build(const ModelRef& ref, uint64_t file_id,
-                                                 std::vector<std::string>& files) const {
+                                                 std::vector<std::string>& files,
+                                                 std::shared_ptr<ReadCounters> counters) const {
   auto built = std::make_shared<BuiltModel>();
   built->ref = ref;
   built->file_id = file_id;
+  built->counters = std::move(counters);
   if (!ref.problem.empty()) {
     built->error = ref.problem;
     return built;
@@ -244,6 +246,7 @@ std::shared_ptr<const BuiltModel> Catalog::Build(const ModelRef& ref, uint64_t f
                                     : LoadLocalModel(ref.dir, ref.name, ref.source_uri, &files);
     ImportedModel imported = ImportShardSet(loaded.set);
     built->shard_count = loaded.sources.size();
+    for (const Shard& shard : loaded.set.shards) built->shard_files.push_back(shard.file);
     built->file = std::make_shared<VirtualFile>(ref.name + ".apr", std::move(imported.plan),
                                                 std::move(loaded.sources));
     built->mtime_ns = NewestMtime(*built->file);
@@ -280,7 +283,16 @@ std::shared_ptr<const BuiltModel> Catalog::Get(const std::string& key) {
       file_id = next_file_id_++;
     }
     std::vector<std::string> watched = slot->files;
-    slot->built = Build(slot->ref, file_id, slot->files);
+    {
+      std::lock_guard view_lock(slot->view_mu);
+      slot->building = true;
+    }
+    slot->built = Build(slot->ref, file_id, slot->files, slot->counters);
+    {
+      std::lock_guard view_lock(slot->view_mu);
+      slot->view = slot->built;
+      slot->building = false;
+    }
     // The fingerprint from before the build is the safe one: a change during the build then
     // triggers another. Only files the build just learned of (shards in subfolders) need a
     // new one.
@@ -312,6 +324,21 @@ std::vector<std::shared_ptr<const BuiltModel>> Catalog::All() {
     if (auto model = Get(key)) models.push_back(model);
   }
   return models;
+}
+
+std::vector<Catalog::ModelView> Catalog::Models() {
+  Scan();
+  std::vector<std::shared_ptr<Slot>> slots;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [key, slot] : slots_) slots.push_back(slot);
+  }
+  std::vector<ModelView> views;
+  for (const auto& slot : slots) {
+    std::lock_guard view_lock(slot->view_mu);
+    views.push_back({slot->ref, slot->view, slot->counters, slot->building});
+  }
+  return views;
 }
 
 }  // namespace aprfs

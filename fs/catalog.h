@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "fetch/remote_model.h"
+#include "fs/read_counters.h"
 #include "fs/virtual_file.h"
 
 namespace aprfs {
@@ -47,6 +48,8 @@ struct BuiltModel {
   uint64_t file_id = 0;               // changes whenever the model's files change
   int64_t mtime_ns = 0;               // newest mtime of the shards
   size_t shard_count = 0;
+  std::vector<std::string> shard_files;  // relative to the model, in the order of file->sources()
+  std::shared_ptr<ReadCounters> counters;  // the model's, shared by all its builds
 };
 
 // The models the sources hold, under the names of design.md ("phi-4.apr" and
@@ -71,6 +74,20 @@ class Catalog {
   // Every model with its state, for `aprfs ls`. Builds every plan.
   std::vector<std::shared_ptr<const BuiltModel>> All();
 
+  // Every model the sources offer as status pages show it: its latest build (null when never
+  // looked up) and its counters. Never builds a plan nor waits for a build.
+  struct ModelView {
+    ModelRef ref;
+    std::shared_ptr<const BuiltModel> built;
+    std::shared_ptr<ReadCounters> counters;
+    bool building = false;  // a build is running now
+  };
+  std::vector<ModelView> Models();
+
+  const CatalogOptions& options() const { return options_; }
+  // The download workers and caches of --repo models; null without any.
+  RemoteContext* remote() const { return remote_.get(); }
+
  private:
   struct Slot {
     ModelRef ref;
@@ -78,13 +95,19 @@ class Catalog {
     std::shared_ptr<const BuiltModel> built;
     std::string built_fingerprint;
     std::vector<std::string> files;  // what the last build read, relative to ref.dir
+    std::shared_ptr<ReadCounters> counters = std::make_shared<ReadCounters>();
+    // A copy of `built` for Models(), which must not wait for a build holding build_mu.
+    std::mutex view_mu;
+    std::shared_ptr<const BuiltModel> view;
+    bool building = false;
   };
   // What decides whether a slot's model must be rebuilt. Requires the slot's build_mu.
   std::string Fingerprint(const Slot& slot) const;
 
   std::vector<ModelRef> Discover() const;
   std::shared_ptr<const BuiltModel> Build(const ModelRef& ref, uint64_t file_id,
-                                          std::vector<std::string>& files) const;
+                                          std::vector<std::string>& files,
+                                          std::shared_ptr<ReadCounters> counters) const;
 
   const CatalogOptions options_;
   std::unique_ptr<RemoteContext> remote_;  // download workers: only when there are --repo models

@@ -5,6 +5,7 @@
 #include "fetch/hf_cache.h"
 #include "fs/config_file.h"
 #include "fs/commands.h"
+#include "fs/mount_helper.h"
 
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_sinks.h>
@@ -125,7 +126,15 @@ int main(int argc, char** argv) {
   aprfs::RegisterUmount(app, exit_code);
   aprfs::RegisterLs(app, exit_code);
   aprfs::RegisterInspect(app, exit_code);
+  aprfs::RegisterStatus(app, exit_code);
+  aprfs::RegisterPrefetch(app, exit_code);
+  aprfs::RegisterVerify(app, exit_code);
   aprfs::SetUpLogging("warn", "");
-  CLI11_PARSE(app, argc, argv);
+  // mount(8)'s helper call and `aprfs mount -o source=...` become plain `aprfs mount` options.
+  aprfs::CommandLine line = aprfs::RewriteCommandLine(argc, argv);
+  if (line.exit_code >= 0) return line.exit_code;
+  std::vector<char*> args;
+  for (std::string& arg : line.argv) args.push_back(arg.data());
+  CLI11_PARSE(app, static_cast<int>(args.size()), args.data());
   return exit_code;
 }

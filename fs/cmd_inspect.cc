@@ -9,9 +9,9 @@
 #include <nlohmann/json.hpp>
 
 #include "format/apr_reader.h"
-#include "format/crc32.h"
 #include "format/dtype.h"
 #include "format/error.h"
+#include "fs/apr_check.h"
 #include "fs/commands.h"
 
 namespace aprfs {
@@ -23,6 +23,7 @@ struct InspectArgs {
   bool quick = false;
 };
 
+// Closes the file when inspect returns.
 class OpenFile {
  public:
   explicit OpenFile(const std::string& path) : fd_(open(path.c_str(), O_RDONLY | O_CLOEXEC)) {}
@@ -30,46 +31,15 @@ class OpenFile {
     if (fd_ >= 0) close(fd_);
   }
   int fd() const { return fd_; }
-  std::string Read(uint64_t offset, uint64_t length) const {
-    std::string out(length, '\0');
-    uint64_t done = 0;
-    while (done < length) {
-      ssize_t n = pread(fd_, out.data() + done, length - done, static_cast<off_t>(offset + done));
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) throw std::runtime_error(std::string("read failed: ") + std::strerror(errno));
-      if (n == 0) break;
-      done += static_cast<uint64_t>(n);
-    }
-    out.resize(done);
-    return out;
-  }
 
  private:
   int fd_;
 };
 
-// CRC of [0, length), streamed.
-uint32_t CrcOfPrefix(const OpenFile& file, uint64_t length) {
-  constexpr uint64_t kChunk = 8 << 20;
-  uint32_t crc = 0;
-  for (uint64_t at = 0; at < length; at += kChunk) {
-    std::string chunk = file.Read(at, std::min(kChunk, length - at));
-    if (chunk.empty()) throw std::runtime_error("file ended early");
-    crc = Crc32(chunk, crc);
-  }
-  return crc;
-}
-
 std::string ShapeText(const std::vector<uint64_t>& shape) {
   std::string text = "[";
   for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
   return text + "]";
-}
-
-std::string Hex(uint32_t value) {
-  char text[16];
-  std::snprintf(text, sizeof(text), "0x%08X", value);
-  return text;
 }
 
 int RunInspect(const InspectArgs& args) {
@@ -80,40 +50,30 @@ int RunInspect(const InspectArgs& args) {
     return 1;
   }
   uint64_t size = static_cast<uint64_t>(st.st_size);
-  ReadAt read_at = [&](uint64_t offset, uint64_t length) { return file.Read(offset, length); };
+  ReadAt read_at = FileReadAt(file.fd());
 
   nlohmann::json report = {{"file", args.file}, {"size", size}};
-  std::vector<std::string> problems;
-  AprFile apr;
+  AprCheck check;
   try {
-    apr = ReadAprFile(read_at, size);
-    problems = LintAprFile(apr, read_at);
-  } catch (const FormatError& e) {
+    check = CheckAprFile(read_at, size, !args.quick);
+  } catch (const std::exception& e) {
+    std::cerr << "aprfs inspect: " << args.file << ": " << e.what() << "\n";
+    return 1;
+  }
+  if (!check.file) {
     report["valid"] = false;
-    report["errors"] = {std::string("rejected by the APR v2 reader: ") + e.what()};
+    report["errors"] = check.problems;
     if (args.json) {
       std::cout << report.dump(2) << "\n";
     } else {
-      std::cout << args.file << ": INVALID: rejected by the APR v2 reader: " << e.what() << "\n";
+      std::cout << args.file << ": INVALID: " << check.problems.front() << "\n";
     }
     return 1;
   }
-
-  std::string footer = "absent (allowed: readers do not need it)";
-  if (apr.HasFooter() && !args.quick) {
-    uint64_t end = apr.RequiredLength();
-    uint32_t computed = CrcOfPrefix(file, end);
-    std::string stored_bytes = file.Read(end, 4);
-    uint32_t stored = static_cast<uint32_t>(LoadLe(stored_bytes, 0, 4));
-    if (computed == stored) {
-      footer = "ok " + Hex(stored);
-    } else {
-      footer = "MISMATCH: stored " + Hex(stored) + ", computed " + Hex(computed);
-      problems.push_back("footer: " + footer);
-    }
-  } else if (apr.HasFooter()) {
-    footer = "present, not checked (--quick)";
-  }
+  const AprFile& apr = *check.file;
+  const std::vector<std::string>& problems = check.problems;
+  std::string footer = check.footer;
+  if (args.quick && apr.HasFooter()) footer = "present, not checked (--quick)";
 
   const AprHeaderFields& h = apr.header;
   report["header"] = {{"version", std::to_string(h.version_major) + "." +
@@ -124,7 +84,7 @@ int RunInspect(const InspectArgs& args) {
                       {"metadata_size", h.metadata_size},
                       {"tensor_index_offset", h.tensor_index_offset},
                       {"data_offset", h.data_offset},
-                      {"checksum", Hex(h.checksum)}};
+                      {"checksum", Hex32(h.checksum)}};
   report["footer"] = footer;
   nlohmann::json summary = nlohmann::json::object();
   for (const char* key : {"model_type", "name", "architecture", "hf_architecture", "source",

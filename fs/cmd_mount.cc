@@ -1,5 +1,4 @@
 #include <fcntl.h>
-#include <spawn.h>
 #include <spdlog/spdlog.h>
 #include <sys/mount.h>
 #include <sys/resource.h>
@@ -11,13 +10,16 @@
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <thread>
 
 #include "fs/commands.h"
 #include "fs/fuse_adapter.h"
+#include "fs/fuse_conf.h"
+#include "fs/mount_holders.h"
+#include "fs/mount_recovery.h"
 #include "fs/mountinfo.h"
 #include "fs/namespace.h"
-
-extern char** environ;
+#include "fs/service_notify.h"
 
 namespace aprfs {
 namespace {
@@ -29,6 +31,7 @@ struct MountArgs {
   std::vector<std::string> options;
   std::string log_level = "info";
   std::string log_file;
+  bool replaced_dead_mount = false;  // logged once the daemon's log is set up
 };
 
 // Each open shard holds a descriptor for the life of its plan.
@@ -40,39 +43,96 @@ void RaiseFileLimit() {
   }
 }
 
-// -o values may hold several comma-separated options; root mounts are shared with every user
-// unless the caller chose otherwise.
+// -o values may hold several comma-separated options.
+bool HasOption(const MountArgs& args, const std::string& name) {
+  for (const std::string& option : args.options) {
+    if (option.find(name) != std::string::npos) return true;
+  }
+  return false;
+}
+
+// Root mounts are shared with every user unless the caller chose otherwise.
 std::vector<std::string> FuseOptions(const MountArgs& args) {
   std::vector<std::string> options = args.options;
-  bool chose_sharing = false;
-  for (const std::string& option : options) {
-    if (option.find("allow_other") != std::string::npos ||
-        option.find("allow_root") != std::string::npos) {
-      chose_sharing = true;
-    }
-  }
+  bool chose_sharing = HasOption(args, "allow_other") || HasOption(args, "allow_root");
   if (geteuid() == 0 && !chose_sharing) options.push_back("allow_other");
   return options;
+}
+
+// The mountpoint as mountinfo spells it, found without touching the mountpoint itself (which
+// may be a dead FUSE mount that fails every stat()).
+std::string MountpointPath(const std::string& arg) {
+  std::error_code ec;
+  std::filesystem::path path = std::filesystem::absolute(arg, ec).lexically_normal();
+  if (path.has_parent_path() && !path.has_filename()) path = path.parent_path();
+  std::filesystem::path parent = std::filesystem::canonical(path.parent_path(), ec);
+  return ec ? path.string() : (parent / path.filename()).string();
+}
+
+// Under systemd, stderr goes to the journal, which stamps every line itself.
+bool StderrIsJournal() {
+  const char* stream = std::getenv("JOURNAL_STREAM");
+  struct stat st;
+  if (stream == nullptr || fstat(STDERR_FILENO, &st) != 0) return false;
+  return std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino) == stream;
+}
+
+// stat() of the mountpoint from a forked child that holds no descriptor of this process: a
+// daemon that stat()s its own mount and is then killed (kill -9) before answering would wait
+// forever inside the kernel, holding the /dev/fuse descriptor that would end the wait. Returns
+// 0 or the errno.
+int StatFromChild(const std::string& path) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    close_range(0, ~0U, 0);  // async-signal-safe calls only, after fork in a threaded process
+    struct stat st;
+    _exit(stat(path.c_str(), &st) == 0 ? 0 : (errno & 0xff));
+  }
+  if (pid < 0) return errno;
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : EIO;
 }
 
 // Runs the daemon in this process; `report` says once whether the mount came up.
 int Serve(const MountArgs& args, const CatalogOptions& catalog_options,
           const std::function<void(bool, const std::string&)>& report) {
   RaiseFileLimit();
+  if (args.replaced_dead_mount) {
+    spdlog::warn("{}: replaced a dead aprfs mount (its daemon was gone: Transport endpoint is "
+                 "not connected)", args.mountpoint);
+  }
   Catalog catalog(catalog_options);
   catalog.Scan(true);  // discovery only: plans are built on first lookup
   Namespace ns(catalog);
   FuseMountOptions fuse;
   fuse.mountpoint = args.mountpoint;
   fuse.fuse_options = FuseOptions(args);
-  return ServeFuse(ns, fuse, [&](bool ok, const std::string& message) {
+  std::thread readiness;
+  int result = ServeFuse(ns, fuse, [&](bool ok, const std::string& message) {
     report(ok, message);
-    if (ok) {
-      spdlog::info("serving {} (HF cache: {}, {} source folder(s), {} Hub repo(s))",
-                   args.mountpoint, catalog_options.hf_cache.value_or("off"),
-                   catalog_options.sources.size(), catalog_options.repos.size());
-    }
+    if (!ok) return;
+    std::string status = fmt::format("serving {} (HF cache: {}, {} source folder(s), {} Hub repo(s))",
+                                     args.mountpoint, catalog_options.hf_cache.value_or("off"),
+                                     catalog_options.sources.size(), catalog_options.repos.size());
+    spdlog::info("{}", status);
+    if (!args.foreground) return;
+    // The FUSE loop starts after this callback returns; the mount is ready for the service
+    // manager once it answers a stat(), the first request (and the end of the handshake).
+    readiness = std::thread([mountpoint = args.mountpoint, status] {
+      if (int err = StatFromChild(mountpoint); err == 0) {
+        NotifyService("READY=1\nSTATUS=" + status);
+      } else {
+        std::string error = std::strerror(err);
+        spdlog::error("the mount at {} does not answer: {}", mountpoint, error);
+        NotifyService("STATUS=the mount does not answer: " + error);
+      }
+    });
   });
+  if (args.foreground) NotifyService("STOPPING=1\nSTATUS=unmounted " + args.mountpoint);
+  if (readiness.joinable()) readiness.join();
+  return result;
 }
 
 // Forks; the parent returns once the child's mount is up (0) or failed (1, message printed),
@@ -136,10 +196,53 @@ int ServeInBackground(const MountArgs& args, const CatalogOptions& catalog_optio
   _exit(Serve(args, catalog_options, report));
 }
 
+// A dead aprfs mount (its daemon was killed) is replaced; a live one is an error. Returns false
+// (message printed) when the mount must not go on.
+bool ClearMountpoint(MountArgs& args) {
+  const std::string& mountpoint = args.mountpoint;
+  switch (ProbeExistingMount(mountpoint)) {
+    case ExistingMount::kNone:
+    case ExistingMount::kOther:
+      return true;
+    case ExistingMount::kLive:
+      std::cerr << "aprfs mount: " << mountpoint << ": already mounted (a live aprfs mount is "
+                << "there; `aprfs umount " << mountpoint << "` first)\n";
+      return false;
+    case ExistingMount::kHanging:
+      std::cerr << "aprfs mount: " << mountpoint << ": an aprfs mount is there and does not "
+                << "answer (is its daemon stopped?); `umount -l " << mountpoint
+                << "` or kill the daemon first\n";
+      return false;
+    case ExistingMount::kDead:
+      break;
+  }
+  std::string error = DetachDeadMount(mountpoint);
+  if (!error.empty()) {
+    std::cerr << "aprfs mount: " << mountpoint << ": a dead aprfs mount is there (Transport "
+              << "endpoint is not connected) and cannot be detached: " << error << "\n";
+    return false;
+  }
+  args.replaced_dead_mount = true;
+  // The caller of a background mount sees only stderr; a foreground daemon logs it there.
+  if (!args.foreground) {
+    std::cerr << "aprfs mount: " << mountpoint << ": replaced a dead aprfs mount (its daemon was "
+              << "gone: Transport endpoint is not connected)\n";
+  }
+  return true;
+}
+
 int RunMount(MountArgs args) {
   std::error_code ec;
-  args.mountpoint = std::filesystem::absolute(args.mountpoint, ec).string();
+  args.mountpoint = MountpointPath(args.mountpoint);
   if (!args.log_file.empty()) args.log_file = std::filesystem::absolute(args.log_file, ec).string();
+  // fusermount3 would refuse it later, from the forked daemon; say it here, to the caller.
+  if (geteuid() != 0 && (HasOption(args, "allow_other") || HasOption(args, "allow_root")) &&
+      !FuseConfAllowsOther()) {
+    std::cerr << "aprfs mount: allow_other needs user_allow_other in /etc/fuse.conf (only root "
+              << "may share a FUSE mount with other users otherwise)\n";
+    return 1;
+  }
+  if (!ClearMountpoint(args)) return 1;
   struct stat st;
   if (stat(args.mountpoint.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
     std::cerr << "aprfs mount: " << args.mountpoint << ": not an existing folder\n";
@@ -155,26 +258,29 @@ int RunMount(MountArgs args) {
   }
   if (!args.foreground) return ServeInBackground(args, catalog_options);
   SetUpLogging(args.log_level, args.log_file);
+  if (args.log_file.empty() && StderrIsJournal()) spdlog::set_pattern("%l %v");
   return Serve(args, catalog_options, [](bool ok, const std::string& message) {
-    if (!ok) spdlog::error("mount failed: {}", message);
+    if (!ok) {
+      spdlog::error("mount failed: {}", message);
+      NotifyService("STATUS=mount failed: " + message);
+    }
   });
 }
 
-int RunProgram(std::vector<std::string> argv) {
-  std::vector<char*> raw;
-  for (std::string& arg : argv) raw.push_back(arg.data());
-  raw.push_back(nullptr);
-  pid_t pid;
-  if (posix_spawnp(&pid, raw[0], nullptr, nullptr, raw.data(), environ) != 0) return -1;
-  int status = 0;
-  waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+// Says which processes keep the mount busy (only those the caller may inspect).
+void ExplainBusy(const std::string& path) {
+  std::vector<MountHolder> holders = FindMountHolders(path);
+  if (holders.empty()) {
+    std::cerr << "aprfs umount: " << path << ": busy, but no process this user may inspect "
+              << "holds a file, folder or mapping under it (try as root)\n";
+  }
+  for (const MountHolder& holder : holders) {
+    std::cerr << "aprfs umount: " << path << ": busy: " << DescribeHolder(holder) << "\n";
+  }
 }
 
 int RunUmount(const std::string& mountpoint) {
-  std::error_code ec;
-  std::string path = std::filesystem::weakly_canonical(std::filesystem::absolute(mountpoint, ec), ec)
-                         .string();
+  std::string path = MountpointPath(mountpoint);
   std::optional<MountEntry> mount = FindMount(path);
   if (!mount) {
     std::cerr << "aprfs umount: " << path << ": nothing is mounted there\n";
@@ -188,14 +294,17 @@ int RunUmount(const std::string& mountpoint) {
   if (geteuid() == 0) {
     if (umount2(path.c_str(), 0) == 0) return 0;
     int err = errno;
-    std::cerr << "aprfs umount: cannot unmount " << path << ": "
-              << (err == EBUSY ? "it is busy (a process still has a file open)"
-                               : std::strerror(err))
-              << "\n";
+    if (err == EBUSY) {
+      ExplainBusy(path);
+    } else {
+      std::cerr << "aprfs umount: cannot unmount " << path << ": " << std::strerror(err) << "\n";
+    }
     return 1;
   }
   // Users unmount their FUSE mounts through the setuid helper, which prints its own error.
-  return RunProgram({"fusermount3", "-u", path}) == 0 ? 0 : 1;
+  if (RunProgram({"fusermount3", "-u", path}) == 0) return 0;
+  if (FindMount(path)) ExplainBusy(path);
+  return 1;
 }
 
 }  // namespace
@@ -206,7 +315,11 @@ void RegisterMount(CLI::App& app, int& exit_code) {
   cmd->add_option("MOUNTPOINT", args->mountpoint, "An existing, empty folder")->required();
   args->sources.AddTo(*cmd);
   cmd->add_flag("-f,--foreground", args->foreground, "Stay in the foreground (logs to stderr)");
-  cmd->add_option("-o", args->options, "FUSE mount options, comma-separated (allow_other...)")
+  cmd->add_option("-o", args->options,
+                  "Mount options, comma-separated: FUSE ones (ro, allow_other, allow_root, "
+                  "default_permissions, auto_unmount, max_read=N, fsname=NAME...) and every "
+                  "option above as NAME=VALUE with '_' for '-' (source=DIR, no_hf_cache...); "
+                  "fstab's _netdev, nofail, noauto, x-*, comment=, rw are ignored")
       ->allow_extra_args(false);
   cmd->add_option("--log-level", args->log_level, "trace, debug, info, warn, error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));

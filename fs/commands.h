@@ -30,6 +30,9 @@ void RegisterMount(CLI::App& app, int& exit_code);
 void RegisterUmount(CLI::App& app, int& exit_code);
 void RegisterLs(CLI::App& app, int& exit_code);
 void RegisterInspect(CLI::App& app, int& exit_code);
+void RegisterStatus(CLI::App& app, int& exit_code);
+void RegisterPrefetch(CLI::App& app, int& exit_code);
+void RegisterVerify(CLI::App& app, int& exit_code);
 
 // "1.5 GiB"-style sizes for people.
 std::string HumanBytes(uint64_t bytes);

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include <cerrno>
+#include <csignal>
 #include <cstring>
 #include <fstream>
 #include <memory>
@@ -60,8 +61,17 @@ struct stat ToStat(const Namespace::Attr& attr) {
 }
 
 double AttrTimeout(const Namespace::Attr& attr) {
+  if (attr.is_control) return 0;  // a new size with every snapshot
   return attr.is_dir ? kDirAttrTimeout : kFileAttrTimeout;
 }
+
+// What an open file handle (fi->fh) holds: a model's .apr, or a snapshot of a control file.
+struct OpenFile {
+  std::shared_ptr<const BuiltModel> model;
+  std::string snapshot;
+};
+
+OpenFile& Handle(struct fuse_file_info* fi) { return *reinterpret_cast<OpenFile*>(fi->fh); }
 
 void OnInit(void* userdata, struct fuse_conn_info* conn) {
   conn->max_read = static_cast<Session*>(userdata)->max_read;
@@ -140,21 +150,40 @@ void OnOpen(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
     fuse_reply_err(req, EROFS);
     return;
   }
-  std::shared_ptr<VirtualFile> file = Ns(req).Open(ino);
-  if (!file) {
-    fuse_reply_err(req, ENOENT);
-    return;
+  auto handle = std::make_unique<OpenFile>();
+  if (std::optional<std::string> snapshot = Ns(req).ControlContent(ino)) {
+    // Taken now, so one open reads one consistent snapshot; never cached, since the next open
+    // shows other figures, and read past any size the kernel was told (direct_io).
+    handle->snapshot = std::move(*snapshot);
+    fi->direct_io = 1;
+    fi->keep_cache = 0;
+  } else {
+    handle->model = Ns(req).OpenModel(ino);
+    if (!handle->model) {
+      fuse_reply_err(req, ENOENT);
+      return;
+    }
+    fi->keep_cache = 1;  // the content behind an inode never changes
   }
-  fi->keep_cache = 1;  // the content behind an inode never changes
-  fi->fh = reinterpret_cast<uint64_t>(new std::shared_ptr<VirtualFile>(std::move(file)));
-  if (fuse_reply_open(req, fi) != 0) {
-    delete reinterpret_cast<std::shared_ptr<VirtualFile>*>(fi->fh);
-  }
+  fi->fh = reinterpret_cast<uint64_t>(handle.get());
+  if (fuse_reply_open(req, fi) == 0) handle.release();
+}
+
+// A control file: bytes of the snapshot taken at open.
+void ReadSnapshot(fuse_req_t req, const std::string& snapshot, size_t size, off_t offset) {
+  size_t begin = std::min(static_cast<size_t>(offset), snapshot.size());
+  fuse_reply_buf(req, snapshot.data() + begin, std::min(size, snapshot.size() - begin));
 }
 
 void OnRead(fuse_req_t req, fuse_ino_t /*ino*/, size_t size, off_t offset,
             struct fuse_file_info* fi) {
-  VirtualFile& file = **reinterpret_cast<std::shared_ptr<VirtualFile>*>(fi->fh);
+  OpenFile& handle = Handle(fi);
+  if (!handle.model) {
+    ReadSnapshot(req, handle.snapshot, size, offset);
+    return;
+  }
+  VirtualFile& file = *handle.model->file;
+  ReadCounters& counters = *handle.model->counters;
   // One buffer per worker thread, reused: memory stays bounded by threads x max request.
   thread_local std::unique_ptr<char[]> buffer;
   thread_local size_t capacity = 0;
@@ -165,15 +194,65 @@ void OnRead(fuse_req_t req, fuse_ino_t /*ino*/, size_t size, off_t offset,
   ssize_t n = file.Read(static_cast<uint64_t>(offset), size, buffer.get(),
                         [req] { return fuse_req_interrupted(req) != 0; });
   if (n < 0) {
+    if (n == -EIO) counters.errors++;
     fuse_reply_err(req, static_cast<int>(-n));
   } else {
+    counters.reads++;
+    counters.bytes_read += static_cast<uint64_t>(n);
     fuse_reply_buf(req, buffer.get(), static_cast<size_t>(n));
   }
 }
 
 void OnRelease(fuse_req_t req, fuse_ino_t /*ino*/, struct fuse_file_info* fi) {
-  delete reinterpret_cast<std::shared_ptr<VirtualFile>*>(fi->fh);
+  delete &Handle(fi);
   fuse_reply_err(req, 0);
+}
+
+// Extended attributes follow getxattr(2): a size of 0 asks for the length, a smaller buffer
+// than the value is ERANGE, an unknown name ENODATA. They are read-only.
+void ReplyXattr(fuse_req_t req, const std::string& value, size_t size) {
+  if (size == 0) {
+    fuse_reply_xattr(req, value.size());
+  } else if (size < value.size()) {
+    fuse_reply_err(req, ERANGE);
+  } else {
+    fuse_reply_buf(req, value.data(), value.size());
+  }
+}
+
+void OnGetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
+  auto attrs = Ns(req).Xattrs(ino);
+  if (!attrs) {
+    fuse_reply_err(req, ENOENT);
+    return;
+  }
+  for (const auto& [key, value] : *attrs) {
+    if (key == name) {
+      ReplyXattr(req, value, size);
+      return;
+    }
+  }
+  fuse_reply_err(req, ENODATA);
+}
+
+void OnListxattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
+  auto attrs = Ns(req).Xattrs(ino);
+  if (!attrs) {
+    fuse_reply_err(req, ENOENT);
+    return;
+  }
+  std::string names;  // each name followed by a NUL
+  for (const auto& [key, value] : *attrs) names.append(key).push_back('\0');
+  ReplyXattr(req, names, size);
+}
+
+void OnSetxattr(fuse_req_t req, fuse_ino_t /*ino*/, const char* /*name*/, const char* /*value*/,
+                size_t /*size*/, int /*flags*/) {
+  fuse_reply_err(req, ENOTSUP);
+}
+
+void OnRemovexattr(fuse_req_t req, fuse_ino_t /*ino*/, const char* /*name*/) {
+  fuse_reply_err(req, ENOTSUP);
 }
 
 void OnOpendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
@@ -239,6 +318,10 @@ const fuse_lowlevel_ops kOps = [] {
   ops.opendir = Guarded<OnOpendir>::Call;
   ops.readdir = Guarded<OnReaddir>::Call;
   ops.statfs = Guarded<OnStatfs>::Call;
+  ops.getxattr = Guarded<OnGetxattr>::Call;
+  ops.listxattr = Guarded<OnListxattr>::Call;
+  ops.setxattr = Guarded<OnSetxattr>::Call;
+  ops.removexattr = Guarded<OnRemovexattr>::Call;
   return ops;
 }();
 
@@ -267,6 +350,7 @@ int ServeFuse(Namespace& ns, const FuseMountOptions& options,
   for (std::string& arg : args) argv.push_back(arg.data());
   fuse_args fargs = FUSE_ARGS_INIT(static_cast<int>(argv.size()), argv.data());
 
+  ns.SetMountpoint(options.mountpoint);
   Session context{ns, options.mountpoint, MaxReadOption(options.fuse_options), {}};
   fuse_session* session = fuse_session_new(&fargs, &kOps, sizeof(kOps), &context);
   fuse_opt_free_args(&fargs);  // option parsing replaced them with a copy libfuse allocated
@@ -295,7 +379,9 @@ int ServeFuse(Namespace& ns, const FuseMountOptions& options,
   fuse_session_unmount(session);
   fuse_remove_signal_handlers(session);
   fuse_session_destroy(session);
-  return result == 0 ? 0 : 1;
+  // libfuse's signal handlers make the loop return the signal: SIGTERM (systemctl stop), SIGINT
+  // and SIGHUP end a healthy daemon, which must then exit 0 or systemd marks it failed.
+  return result == 0 || result == SIGTERM || result == SIGINT || result == SIGHUP ? 0 : 1;
 }
 
 }  // namespace aprfs

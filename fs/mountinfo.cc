@@ -20,23 +20,44 @@ std::string Unescape(const std::string& field) {
   return out;
 }
 
-}  // namespace
+// One parsed line of mountinfo.
+struct MountLine {
+  std::string point;
+  MountEntry entry;
+};
 
-std::optional<MountEntry> FindMount(const std::string& path) {
+std::vector<MountLine> ReadMountinfo() {
   std::ifstream mountinfo("/proc/self/mountinfo");
-  std::optional<MountEntry> found;
+  std::vector<MountLine> lines;
   std::string line;
   while (std::getline(mountinfo, line)) {
     std::istringstream fields(line);
     std::string id, parent, device, root, point, field, type;
     fields >> id >> parent >> device >> root >> point;
-    if (Unescape(point) != path) continue;
     while (fields >> field && field != "-") {
     }
     fields >> type;
-    found = MountEntry{device, type};  // later lines are mounted on top
+    lines.push_back({Unescape(point), MountEntry{device, type}});
+  }
+  return lines;
+}
+
+}  // namespace
+
+std::optional<MountEntry> FindMount(const std::string& path) {
+  std::optional<MountEntry> found;
+  for (const MountLine& line : ReadMountinfo()) {
+    if (line.point == path) found = line.entry;  // later lines are mounted on top
   }
   return found;
+}
+
+std::vector<std::string> MountpointsOfType(const std::string& type) {
+  std::vector<std::string> points;
+  for (const MountLine& line : ReadMountinfo()) {
+    if (line.entry.type == type) points.push_back(line.point);
+  }
+  return points;
 }
 
 }  // namespace aprfs

@@ -2,6 +2,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace aprfs {
 
@@ -14,5 +15,8 @@ struct MountEntry {
 // Reads mountinfo only, so it never touches the mount itself (a stat of a FUSE mountpoint from
 // inside its own daemon, or of a dead one, would block or fail).
 std::optional<MountEntry> FindMount(const std::string& path);
+
+// Every mountpoint of that type ("fuse.aprfs"), in mount order; from mountinfo only.
+std::vector<std::string> MountpointsOfType(const std::string& type);
 
 }  // namespace aprfs

@@ -1,6 +1,10 @@
 #include "fs/namespace.h"
 
+#include <unistd.h>
+
 #include <chrono>
+
+#include "fs/status_render.h"
 
 namespace aprfs {
 
@@ -36,7 +40,71 @@ bool Namespace::AnyValid(const std::map<std::string, std::string>& files) {
   return false;
 }
 
+MountStatus Namespace::Status() {
+  MountFacts facts;
+  {
+    std::lock_guard lock(mu_);
+    facts.mountpoint = mountpoint_;
+  }
+  facts.pid = ::getpid();
+  facts.started_at_ns = mount_time_ns_;
+  return CollectStatus(catalog_, facts);
+}
+
+void Namespace::SetMountpoint(const std::string& mountpoint) {
+  std::lock_guard lock(mu_);
+  mountpoint_ = mountpoint;
+}
+
+namespace {
+// A snapshot sized by a lookup is given to an open that follows within this time; later opens
+// get a fresh one.
+constexpr auto kSizedSnapshotLife = std::chrono::seconds(1);
+}  // namespace
+
+std::optional<std::string> Namespace::ControlContent(uint64_t inode) {
+  {
+    std::lock_guard lock(mu_);
+    auto sized = sized_snapshots_.find(inode);
+    if (sized != sized_snapshots_.end()) {
+      SizedSnapshot snapshot = std::move(sized->second);
+      sized_snapshots_.erase(sized);
+      if (std::chrono::steady_clock::now() - snapshot.made < kSizedSnapshotLife) {
+        return std::move(snapshot.content);
+      }
+    }
+  }
+  return RenderControl(inode);
+}
+
+std::optional<std::string> Namespace::RenderControl(uint64_t inode) {
+  if (inode == kStatusJsonInode) return RenderStatusJson(Status());
+  if (inode == kMetricsInode) return RenderMetrics(Status());
+  return std::nullopt;
+}
+
+std::optional<Namespace::Attr> Namespace::ControlAttr(uint64_t inode) {
+  if (inode == kControlDirInode) return DirAttr(inode);
+  std::optional<std::string> content = RenderControl(inode);
+  if (!content) return std::nullopt;
+  {
+    std::lock_guard lock(mu_);
+    sized_snapshots_[inode] = {*content, std::chrono::steady_clock::now()};
+  }
+  int64_t now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                       std::chrono::system_clock::now().time_since_epoch())
+                       .count();
+  return Attr{inode, false, content->size(), now_ns, true};
+}
+
 std::optional<Namespace::Attr> Namespace::Lookup(uint64_t parent, const std::string& name) {
+  // The control folder first: no model, and no failure of the sources, can hide it.
+  if (parent == kRootInode && name == kControlDirName) return ControlAttr(kControlDirInode);
+  if (parent == kControlDirInode) {
+    if (name == "status.json") return ControlAttr(kStatusJsonInode);
+    if (name == "metrics") return ControlAttr(kMetricsInode);
+    return std::nullopt;
+  }
   std::shared_ptr<const Catalog::Listing> listing = catalog_.Scan();
   const std::map<std::string, std::string>* files = nullptr;
   if (parent == kRootInode) {
@@ -67,6 +135,7 @@ std::optional<Namespace::Attr> Namespace::Lookup(uint64_t parent, const std::str
 }
 
 std::optional<Namespace::Attr> Namespace::GetAttr(uint64_t inode) {
+  if (inode >= kControlDirInode && inode <= kMetricsInode) return ControlAttr(inode);
   std::lock_guard lock(mu_);
   if (inode == kRootInode || org_names_.count(inode)) return DirAttr(inode);
   auto it = files_.find(inode);
@@ -83,6 +152,13 @@ void Namespace::Forget(uint64_t inode, uint64_t count) {
 }
 
 std::optional<std::vector<Namespace::Entry>> Namespace::List(uint64_t inode) {
+  if (inode == kControlDirInode) {
+    std::vector<Entry> entries;
+    // Sizes are left to getattr: a listing need not render two snapshots.
+    entries.push_back({"status.json", {kStatusJsonInode, false, 0, mount_time_ns_, true}});
+    entries.push_back({"metrics", {kMetricsInode, false, 0, mount_time_ns_, true}});
+    return entries;
+  }
   std::shared_ptr<const Catalog::Listing> listing = catalog_.Scan();
   std::vector<Entry> entries;
   const std::map<std::string, std::string>* files = nullptr;
@@ -112,6 +188,24 @@ std::shared_ptr<VirtualFile> Namespace::Open(uint64_t inode) {
   auto it = files_.find(inode);
   if (it == files_.end()) return nullptr;
   return it->second.model->file;
+}
+
+std::shared_ptr<const BuiltModel> Namespace::OpenModel(uint64_t inode) {
+  std::lock_guard lock(mu_);
+  auto it = files_.find(inode);
+  if (it == files_.end()) return nullptr;
+  return it->second.model;
+}
+
+std::optional<std::vector<std::pair<std::string, std::string>>> Namespace::Xattrs(uint64_t inode) {
+  if (std::shared_ptr<const BuiltModel> model = OpenModel(inode)) {
+    // The figures of this inode's build (a rebuilt model has another inode), read now.
+    ModelStatus status = CollectModelStatus(model->ref, model.get(), model->counters.get(),
+                                            /*building=*/false, {});
+    return ModelXattrs(status);
+  }
+  if (GetAttr(inode)) return std::vector<std::pair<std::string, std::string>>{};
+  return std::nullopt;
 }
 
 }  // namespace aprfs

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -9,14 +10,21 @@
 #include <vector>
 
 #include "fs/catalog.h"
+#include "fs/status_snapshot.h"
 
 namespace aprfs {
 
-// The mount's tree as inodes: the root, one folder per org, one file per built model. Knows
-// nothing of FUSE, so it can be tested directly.
+// The mount's tree as inodes: the root, one folder per org, one file per built model, and the
+// hidden control folder `.aprfs/` (status.json, metrics). Knows nothing of FUSE, so it can be
+// tested directly.
 class Namespace {
  public:
   static constexpr uint64_t kRootInode = 1;
+  // The control folder: never listed, always found by name.
+  static constexpr const char* kControlDirName = ".aprfs";
+  static constexpr uint64_t kControlDirInode = (uint64_t{1} << 61);
+  static constexpr uint64_t kStatusJsonInode = kControlDirInode + 1;
+  static constexpr uint64_t kMetricsInode = kControlDirInode + 2;
 
   explicit Namespace(Catalog& catalog);
 
@@ -25,6 +33,9 @@ class Namespace {
     bool is_dir = false;
     uint64_t size = 0;
     int64_t mtime_ns = 0;
+    // A file of the control folder: its content is made anew at each open, so it must be
+    // neither cached by the kernel nor limited by a size reported earlier.
+    bool is_control = false;
   };
   struct Entry {
     std::string name;
@@ -39,6 +50,15 @@ class Namespace {
   std::optional<std::vector<Entry>> List(uint64_t inode);
   // The file behind an inode the kernel looked up.
   std::shared_ptr<VirtualFile> Open(uint64_t inode);
+  // The model behind a file inode the kernel looked up (its file, counters...), or null.
+  std::shared_ptr<const BuiltModel> OpenModel(uint64_t inode);
+  // A snapshot of a control file's content, or nullopt when the inode is not one.
+  std::optional<std::string> ControlContent(uint64_t inode);
+  // The extended attributes of an inode (a model's user.aprfs.*, none for folders), or
+  // nullopt when the inode is unknown.
+  std::optional<std::vector<std::pair<std::string, std::string>>> Xattrs(uint64_t inode);
+  // Where the mount is, for status.json (the rest of the daemon's identity is known here).
+  void SetMountpoint(const std::string& mountpoint);
 
  private:
   struct FileNode {
@@ -49,6 +69,10 @@ class Namespace {
   static constexpr uint64_t kFirstDirInode = uint64_t{1} << 62;
 
   Attr DirAttr(uint64_t inode) const;
+  // Attributes of a control-folder inode, or nullopt; a file's size is that of a fresh snapshot.
+  std::optional<Attr> ControlAttr(uint64_t inode);
+  std::optional<std::string> RenderControl(uint64_t inode);  // a fresh snapshot
+  MountStatus Status();
   static Attr FileAttr(const BuiltModel& model);
   uint64_t OrgInode(const std::string& org);  // requires mu_
   // The valid model behind `key`, or null.
@@ -62,6 +86,14 @@ class Namespace {
   std::unordered_map<uint64_t, FileNode> files_;
   std::unordered_map<std::string, uint64_t> org_inodes_;
   std::unordered_map<uint64_t, std::string> org_names_;
+  std::string mountpoint_;  // guarded by mu_
+  // The snapshot a lookup or getattr sized, handed to the open that follows it (lookup, open,
+  // read is how every reader starts), so st_size matches what that reader gets. Guarded by mu_.
+  struct SizedSnapshot {
+    std::string content;
+    std::chrono::steady_clock::time_point made;
+  };
+  std::unordered_map<uint64_t, SizedSnapshot> sized_snapshots_;
 };
 
 }  // namespace aprfs

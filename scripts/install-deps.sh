@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs every Debian 12 package aprfs needs to build, run, test and benchmark.
+# Installs every Debian 12 package aprfs needs to build, run, test and benchmark. The service
+# tests use mount(8), setpriv and useradd, systemd-analyze (no running systemd needed) and groff.
 set -euo pipefail
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
@@ -12,4 +13,6 @@ $SUDO apt-get install -y -q --no-install-recommends \
   libcurl4-openssl-dev libssl-dev zlib1g-dev libisal-dev libboost-dev \
   libgtest-dev \
   python3 \
-  nginx-light aria2 curl
+  nginx-light aria2 curl \
+  mount util-linux passwd systemd groff-base \
+  attr

@@ -262,17 +262,8 @@ TEST_F(RemoteVerificationTest, Sha256MismatchIsNeverPublishedAndChunksAreDropped
   const SourceModel model = CopyModel(original, Dir("model"));
   const std::string file = model.ShardPath("model.safetensors");
   FaultServer& server = StartFault("fault", file, {"--path", "model.safetensors"});
-  {
-    // In place (same inode): the server reads its open descriptor.
-    Fd fd(file, O_WRONLY);
-    ASSERT_TRUE(fd.ok());
-    const uint64_t last = FileSize(file) - 1;
-    char byte = 0;
-    Fd rd(file, O_RDONLY);
-    ASSERT_EQ(::pread(rd.get(), &byte, 1, static_cast<off_t>(last)), 1);
-    byte = static_cast<char>(byte ^ 0x5A);
-    ASSERT_EQ(::pwrite(fd.get(), &byte, 1, static_cast<off_t>(last)), 1);
-  }
+  // In place (same inode): the server reads its open descriptor.
+  ASSERT_TRUE(FlipByte(file, FileSize(file) - 1));
   ASSERT_NE(Sha256OfFile(file), server.sha256()) << "the file did not change";
 
   const std::string cache = Dir("cache"), hf = Dir("hf");

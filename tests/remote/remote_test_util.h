@@ -128,4 +128,14 @@ inline std::string StoreDir(const std::string& cache_dir, const std::string& sha
   return cache_dir + "/chunks/" + sha;
 }
 
+// Flips the bits of one byte of a file in place (same inode: a server holding it open serves
+// the change). False when the file cannot be read or written.
+inline bool FlipByte(const std::string& path, uint64_t at, char mask = 0x5A) {
+  Fd fd(path, O_RDWR);
+  char byte = 0;
+  if (!fd.ok() || ::pread(fd.get(), &byte, 1, static_cast<off_t>(at)) != 1) return false;
+  byte = static_cast<char>(byte ^ mask);
+  return ::pwrite(fd.get(), &byte, 1, static_cast<off_t>(at)) == 1;
+}
+
 }  // namespace aprfs_rtest

@@ -1,0 +1,82 @@
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "fs/catalog.h"
+
+namespace aprfs {
+
+// The figures of `.aprfs/status.json`, `.aprfs/metrics` and the xattrs, as plain data: collected
+// once (a snapshot), then rendered. Every figure is read from the object that produces it (FUSE
+// read counters, RemoteFile stats, chunk stores), never estimated.
+
+struct ShardStatus {
+  std::string file;  // path inside the model ("model-00001-of-00002...")
+  uint64_t size = 0;
+  std::optional<std::string> sha256;      // the Hub's, or the HF cache blob's name
+  std::optional<std::string> local_path;  // when read from a local file
+  uint64_t cached_bytes = 0;              // chunks present (remote), = size (local)
+  std::optional<bool> published;          // remote shards: moved into the HF cache
+};
+
+struct ModelStatus {
+  // Paths in the mount: "phi-4.apr", "microsoft/phi-4.apr". A rejected model keeps the paths
+  // it claims (it is shown once valid); a model that lost every name to others has none.
+  std::vector<std::string> names;
+  std::string key;                      // "hf:microsoft/phi-4", "dir:/srv/models/x"
+  std::string kind;                     // "local", "hf-cache" or "remote"
+  std::string source;                   // "hf://microsoft/phi-4", "file:///srv/models/x"
+  std::optional<std::string> revision;  // the commit, when known
+  std::optional<std::string> requested_revision;  // remote: what --repo asked for ("main")
+  std::string state;             // "not-yet-looked-up", "building", "ready" or "error"
+  std::string error;             // state "error": why
+  std::optional<uint64_t> size;  // of the .apr (state "ready")
+  std::optional<uint32_t> tensors;
+  std::vector<ShardStatus> shards;
+  uint64_t cached_bytes = 0;  // sum over the shards
+  uint64_t bytes_read = 0;    // served to readers of the .apr
+  uint64_t reads = 0;
+  uint64_t errors = 0;         // reads answered with EIO
+  uint64_t bytes_fetched = 0;  // from the network
+  uint64_t requests = 0;       // HTTP range requests for chunks
+  uint64_t failed_requests = 0;
+  uint64_t chunks_fetched = 0;
+  uint64_t in_flight = 0;        // chunks being downloaded now
+  uint64_t queued_demand = 0;    // chunks a reader waits for, not started yet
+  uint64_t queued_prefetch = 0;  // read-ahead chunks not started yet
+
+  // The name metrics label it with: the first path in the mount, else its key.
+  std::string Label() const { return names.empty() ? key : names.front(); }
+};
+
+// What identifies the daemon; the rest comes from the catalog.
+struct MountFacts {
+  std::string mountpoint;
+  int64_t pid = 0;
+  int64_t started_at_ns = 0;  // since the epoch
+};
+
+struct MountStatus {
+  std::string version;
+  MountFacts facts;
+  double uptime_seconds = 0;
+  std::optional<std::string> hf_cache;
+  std::optional<std::string> cache_dir;         // with --repo models only
+  std::optional<uint64_t> cache_size_limit;     // bytes; none when unlimited
+  std::optional<unsigned> fetch_workers;        // with --repo models only
+  std::optional<uint64_t> queued_demand_tasks;  // download tasks of every model, waiting
+  std::optional<uint64_t> queued_prefetch_tasks;
+  std::vector<ModelStatus> models;
+};
+
+// Every model of the catalog (built or not), without building any.
+MountStatus CollectStatus(Catalog& catalog, const MountFacts& facts);
+// One model; `names` are its paths in the mount.
+ModelStatus CollectModelStatus(const ModelRef& ref, const BuiltModel* built,
+                               const ReadCounters* counters, bool building,
+                               std::vector<std::string> names);
+
+}  // namespace aprfs

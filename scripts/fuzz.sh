@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets of format/ (Clang, ASan + UBSan) and runs each for
+# FUZZ_SECONDS (default 60) from the seed corpora of tests/fuzz/corpus. A crash leaves its
+# input in $BUILD_DIR/artifacts/ and fails the script; turn it into a regression test.
+# Usage: scripts/fuzz.sh [TARGET...]   (env: FUZZ_SECONDS, BUILD_DIR=build-fuzz)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD_DIR=${BUILD_DIR:-build-fuzz}
+SECONDS_EACH=${FUZZ_SECONDS:-60}
+TARGETS=("$@")
+[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(safetensors_import_fuzz json_inputs_fuzz apr_reader_fuzz)
+
+CC=clang CXX=clang++ cmake -S . -B "$BUILD_DIR" -DAPRFS_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  >/dev/null
+cmake --build "$BUILD_DIR" -j "$(nproc)" --target "${TARGETS[@]}" >/dev/null
+mkdir -p "$BUILD_DIR/artifacts"
+status=0
+for target in "${TARGETS[@]}"; do
+  # The seeds are copied: what the fuzzer finds stays out of the repository.
+  corpus="$BUILD_DIR/corpus/$target"
+  mkdir -p "$corpus"
+  cp -n tests/fuzz/corpus/"$target"/* "$corpus"/ 2>/dev/null || true
+  echo "fuzz $target for ${SECONDS_EACH}s"
+  if ! "$BUILD_DIR/tests/fuzz/$target" -max_total_time="$SECONDS_EACH" -max_len=65536 \
+      -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+      -artifact_prefix="$BUILD_DIR/artifacts/$target-" "$corpus" 2>"$BUILD_DIR/$target.log"; then
+    echo "FAILED: $target (input in $BUILD_DIR/artifacts/, log $BUILD_DIR/$target.log):"
+    grep -E 'ERROR|SUMMARY|runtime error|deadly signal' "$BUILD_DIR/$target.log" | head -20
+    status=1
+  else
+    grep -E '^stat::number_of_executed_units|^stat::new_units_added' "$BUILD_DIR/$target.log" \
+      | sed 's/^/  /'
+  fi
+done
+exit $status

@@ -1,0 +1,32 @@
+// libFuzzer target: the JSON files of a model folder. The first byte picks the parser:
+// model.safetensors.index.json, config.json or tokenizer.json. Each must either return or throw
+// FormatError; any other exception, crash or sanitizer report is a bug.
+#include <cstdint>
+#include <string_view>
+
+#include "format/error.h"
+#include "format/model_config.h"
+#include "format/shard_set.h"
+#include "format/tokenizer_embed.h"
+
+using namespace aprfs;
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size == 0) return 0;
+  const std::string_view text(reinterpret_cast<const char*>(data) + 1, size - 1);
+  try {
+    switch (data[0] % 3) {
+      case 0:
+        ParseWeightIndex(text, "model.safetensors.index.json");
+        break;
+      case 1:
+        ParseModelConfig(text, "config.json");
+        break;
+      default:
+        ParseTokenizerJson(text, DefaultModelConfig(), "tokenizer.json");
+        break;
+    }
+  } catch (const FormatError&) {
+  }
+  return 0;
+}
