@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <mutex>
+#include <vector>
 
 namespace aprfs {
 namespace {
@@ -95,15 +96,38 @@ std::string HttpResponse::Header(const std::string& lower_name) const {
   return it == headers.end() ? "" : it->second;
 }
 
+namespace {
+
+std::mutex secrets_mu;
+std::vector<std::string> secrets;  // guarded by secrets_mu
+
+std::string Redacted(std::string text) {
+  std::lock_guard lock(secrets_mu);
+  for (const std::string& secret : secrets) {
+    for (size_t at = text.find(secret); at != std::string::npos; at = text.find(secret, at + 3)) {
+      text.replace(at, secret.size(), "***");
+    }
+  }
+  return text;
+}
+
+}  // namespace
+
+void RedactInMessages(const std::string& secret) {
+  if (secret.empty()) return;
+  std::lock_guard lock(secrets_mu);
+  if (std::find(secrets.begin(), secrets.end(), secret) == secrets.end()) secrets.push_back(secret);
+}
+
 std::string HttpResponse::Describe() const {
   std::string text = effective_url + ": ";
-  if (!transport_error.empty()) return text + transport_error;
+  if (!transport_error.empty()) return Redacted(text + transport_error);
   text += "HTTP " + std::to_string(status);
   std::string code = Header("x-error-code");
   std::string message = Header("x-error-message");
   if (!code.empty()) text += " " + code;
   if (!message.empty()) text += " (" + message + ")";
-  return text;
+  return Redacted(text);
 }
 
 HttpSession::HttpSession() {

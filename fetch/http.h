@@ -45,6 +45,10 @@ struct HttpRequest {
   std::function<bool()> cancelled;
 };
 
+// A secret (the Hub token) that Describe() must never repeat, even when a server echoes it in
+// its error message or a redirect URL: every occurrence becomes "***".
+void RedactInMessages(const std::string& secret);
+
 // One reusable libcurl handle: keeps its connections alive between requests. Not thread-safe:
 // one per thread.
 class HttpSession {

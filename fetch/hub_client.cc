@@ -105,6 +105,7 @@ HubConfig HubConfig::FromEnvironment() {
   if (auto endpoint = Env("HF_ENDPOINT")) config.endpoint = *endpoint;
   while (!config.endpoint.empty() && config.endpoint.back() == '/') config.endpoint.pop_back();
   config.token = DiscoverToken();
+  if (config.token) RedactInMessages(*config.token);
   std::optional<std::string> offline = Env("HF_HUB_OFFLINE");
   config.offline = offline ? EnvFlag("HF_HUB_OFFLINE") : EnvFlag("TRANSFORMERS_OFFLINE");
   config.etag_timeout = EnvSeconds("HF_HUB_ETAG_TIMEOUT", config.etag_timeout);

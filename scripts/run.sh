@@ -14,7 +14,8 @@ if [ ! -f "$EXAMPLES/example/model.safetensors.index.json" ]; then
   python3 tests/tools/make_model.py "$EXAMPLES/example" --preset tiny --shards 2 >/dev/null
 fi
 
-mkdir -p "$MOUNTPOINT"
+# A mountpoint left dead by a killed daemon cannot even be stat'ed; `aprfs mount` replaces it.
+mkdir -p "$MOUNTPOINT" 2>/dev/null || true
 if mountpoint -q "$MOUNTPOINT"; then build/fs/aprfs umount "$MOUNTPOINT"; fi
 build/fs/aprfs mount "$MOUNTPOINT" --source "$EXAMPLES" --log-file build/aprfs.log
 echo

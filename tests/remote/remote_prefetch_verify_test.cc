@@ -93,7 +93,10 @@ TEST_F(RemotePrefetchTest, InterruptedPrefetchResumesWithoutFetchingAChunkTwice)
   const auto t0 = std::chrono::steady_clock::now();
   int status = 0;
   bool exited = WaitFor([&] { return waitpid(pid, &status, WNOHANG) == pid; }, 10s);
-  if (!exited) kill(pid, SIGKILL), waitpid(pid, &status, 0);
+  if (!exited) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+  }
   ASSERT_TRUE(exited) << "prefetch ignored Ctrl-C";
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -120,7 +123,9 @@ TEST_F(RemotePrefetchTest, InterruptedPrefetchResumesWithoutFetchingAChunkTwice)
     std::map<uint64_t, int> chunks =
         ChunkDownloads(log, hub.Sha("org/big", shard), big.ShardSize(shard));
     for (size_t chunk = 0; chunk < present.size(); ++chunk) {
-      if (present[chunk]) EXPECT_EQ(chunks[chunk], 1) << shard << " chunk " << chunk;
+      if (present[chunk]) {
+        EXPECT_EQ(chunks[chunk], 1) << shard << " chunk " << chunk;
+      }
     }
   }
   for (const std::string& shard : big.shards) {

@@ -317,3 +317,24 @@ TEST(RepoRevisionTest, FindAndEtag) {
 
 }  // namespace
 }  // namespace aprfs
+
+namespace aprfs {
+namespace {
+
+// A server that echoes the token in its error message or in a URL never gets it into a log.
+TEST(HttpRedactionTest, TheTokenNeverAppearsInDescriptions) {
+  RedactInMessages("hf_secretTOKEN123");
+  HttpResponse response;
+  response.effective_url = "https://hub.example/api?t=hf_secretTOKEN123";
+  response.status = 401;
+  response.headers["x-error-code"] = "Unauthorized";
+  response.headers["x-error-message"] = "bad token hf_secretTOKEN123 (hf_secretTOKEN123)";
+  const std::string text = response.Describe();
+  EXPECT_EQ(text.find("hf_secretTOKEN123"), std::string::npos) << text;
+  EXPECT_EQ(text, "https://hub.example/api?t=***: HTTP 401 Unauthorized (bad token *** (***))");
+  response.transport_error = "cut at hf_secretTOKEN123";
+  EXPECT_EQ(response.Describe(), "https://hub.example/api?t=***: cut at ***");
+}
+
+}  // namespace
+}  // namespace aprfs
