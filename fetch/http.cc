@@ -116,7 +116,11 @@ std::string Redacted(std::string text) {
 void RedactInMessages(const std::string& secret) {
   if (secret.empty()) return;
   std::lock_guard lock(secrets_mu);
-  if (std::find(secrets.begin(), secrets.end(), secret) == secrets.end()) secrets.push_back(secret);
+  if (std::find(secrets.begin(), secrets.end(), secret) != secrets.end()) return;
+  secrets.push_back(secret);
+  // Longest first: a secret that contains another is redacted whole.
+  std::sort(secrets.begin(), secrets.end(),
+            [](const std::string& a, const std::string& b) { return a.size() > b.size(); });
 }
 
 std::string HttpResponse::Describe() const {
