@@ -14,5 +14,5 @@ $SUDO apt-get install -y -q --no-install-recommends \
   libgtest-dev \
   python3 \
   nginx-light aria2 curl \
-  mount util-linux passwd systemd groff-base \
+  mount util-linux bsdutils passwd systemd groff-base \
   attr

@@ -171,6 +171,13 @@ TEST_F(RemotePrefetchTest, VerifyVerdictsOnAGoodAndACorruptedModel) {
   ProcResult run = RunAprfs({"verify", snapshot}, {}, 60s);
   EXPECT_EQ(run.exit_code, 0) << run.Describe();
   EXPECT_NE(run.out.find("verdict: GOOD"), std::string::npos) << run.out;
+  // On a terminal (script(1) gives it one) the progress is a bar redrawn in place.
+  run = RunCommand({"script", "-qec", AprfsBinary() + " verify '" + snapshot + "'", "/dev/null"},
+                   60s);
+  EXPECT_EQ(run.exit_code, 0) << run.Describe();
+  EXPECT_NE(run.out.find("\r"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("] 100%"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("[########"), std::string::npos) << run.out;
 
   AprfsMount* mount = Mount("mnt", {"--hf-cache", hf}, {});
   ASSERT_NE(mount, nullptr);
