@@ -15,4 +15,5 @@ $SUDO apt-get install -y -q --no-install-recommends \
   python3 \
   nginx-light aria2 curl \
   mount util-linux bsdutils passwd systemd groff-base \
-  attr
+  attr \
+  clang libclang-rt-14-dev

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Installs the dependencies, builds, and runs every test (unit and real FUSE mounts).
+# Installs the dependencies, builds, and runs every test: unit, real FUSE mounts, the fake Hub,
+# the service integration; then each libFuzzer target of format/ for FUZZ_SECONDS (default 60).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
 ./scripts/build.sh
-cd "${BUILD_DIR:-build}"
-ctest --output-on-failure --timeout 600 "$@"
+(cd "${BUILD_DIR:-build}" && ctest --output-on-failure --timeout 600 "$@")
+FUZZ_SECONDS=${FUZZ_SECONDS:-60} ./scripts/fuzz.sh
