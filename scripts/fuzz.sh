@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets of format/ (Clang, ASan + UBSan) and runs each for
 # FUZZ_SECONDS (default 60) from the seed corpora of tests/fuzz/corpus. A crash leaves its
-# input in $BUILD_DIR/artifacts/ and fails the script; turn it into a regression test.
+# input in $BUILD_DIR/artifacts/ and fails the script; turn it into a regression test by
+# copying it to tests/fuzz/regressions/<target>/ (replayed by ctest in the normal build).
 # Usage: scripts/fuzz.sh [TARGET...]   (env: FUZZ_SECONDS, BUILD_DIR=build-fuzz)
 set -euo pipefail
 cd "$(dirname "$0")/.."
