@@ -25,21 +25,27 @@ bool Relevant(const std::string& name) {
   return ends(".safetensors") || ends(".json");
 }
 
+// A Hub repo's key, names and source, whether it comes from the HF cache or --repo: one model.
+ModelRef RefOfRepo(const std::string& repo_id) {
+  ModelRef ref;
+  ref.key = "hf:" + repo_id;
+  size_t slash = repo_id.find('/');
+  if (slash == std::string::npos) {
+    ref.name = repo_id;
+  } else {
+    ref.group = repo_id.substr(0, slash);
+    ref.name = repo_id.substr(slash + 1);
+  }
+  ref.source_uri = "hf://" + repo_id;
+  return ref;
+}
+
 std::vector<ModelRef> FromHfCache(const std::string& cache_dir) {
   std::vector<ModelRef> refs;
   for (const CachedRepo& repo : ListCachedModels(cache_dir)) {
     if (repo.problem.empty() && !FolderHasSafetensors(repo.snapshot_dir)) continue;
-    ModelRef ref;
-    ref.key = "hf:" + repo.repo_id;
-    size_t slash = repo.repo_id.find('/');
-    if (slash == std::string::npos) {
-      ref.name = repo.repo_id;
-    } else {
-      ref.group = repo.repo_id.substr(0, slash);
-      ref.name = repo.repo_id.substr(slash + 1);
-    }
+    ModelRef ref = RefOfRepo(repo.repo_id);
     ref.dir = repo.snapshot_dir;
-    ref.source_uri = "hf://" + repo.repo_id;
     ref.problem = repo.problem;
     refs.push_back(std::move(ref));
   }
@@ -155,16 +161,7 @@ Catalog::Catalog(CatalogOptions options) : options_(std::move(options)) {
 namespace {
 
 ModelRef FromRepoOption(const RemoteRepoSpec& spec) {
-  ModelRef ref;
-  ref.key = "hf:" + spec.repo_id;
-  size_t slash = spec.repo_id.find('/');
-  if (slash == std::string::npos) {
-    ref.name = spec.repo_id;
-  } else {
-    ref.group = spec.repo_id.substr(0, slash);
-    ref.name = spec.repo_id.substr(slash + 1);
-  }
-  ref.source_uri = "hf://" + spec.repo_id;
+  ModelRef ref = RefOfRepo(spec.repo_id);
   ref.remote = spec;
   return ref;
 }

@@ -44,13 +44,12 @@ MountedModel FindMountedModel(const std::string& mountpoint, const fs::path& fil
 // Catalog options that load one remote repo and nothing else: no discovery of the HF cache or
 // of source folders, whose models are not the target (the HF cache is still used to read
 // complete shards and to publish fetched ones).
-CatalogOptions OnlyRepo(SourceOptions options, const std::string& spec) {
+CatalogOptions OnlyRepo(SourceOptions options, const RemoteRepoSpec& spec) {
   options.sources.clear();
-  options.repos = {spec};
+  options.repos = {spec.repo_id + "@" + spec.revision};  // so the remote settings are filled
   CatalogOptions catalog = options.ToCatalogOptions();
   catalog.sources.clear();
-  std::optional<RemoteRepoSpec> parsed = ParseRepoSpec(spec);
-  catalog.repos = {*parsed};
+  catalog.repos = {spec};
   catalog.hf_cache.reset();
   return catalog;
 }
@@ -90,8 +89,9 @@ ModelTarget FromMount(const std::string& mountpoint, const fs::path& file,
   std::string revision = JsonString(mounted.model, "revision");
   std::string requested = JsonString(mounted.model, "requested_revision");
   std::string spec = source.substr(5) + "@" + (revision.empty() ? requested : revision);
-  if (!ParseRepoSpec(spec)) throw std::runtime_error(file.string() + ": bad source " + spec);
-  target.catalog = OnlyRepo(same, spec);
+  std::optional<RemoteRepoSpec> parsed = ParseRepoSpec(spec);
+  if (!parsed) throw std::runtime_error(file.string() + ": bad source " + spec);
+  target.catalog = OnlyRepo(same, *parsed);
   target.branch = BranchOf(requested);
   return target;
 }
@@ -144,7 +144,7 @@ ModelTarget ResolveTarget(const std::string& text, const SourceOptions& options)
   }
   ModelTarget target;
   target.label = parsed->repo_id + "@" + parsed->revision;
-  target.catalog = OnlyRepo(options, spec);
+  target.catalog = OnlyRepo(options, *parsed);
   target.branch = BranchOf(parsed->revision);
   return target;
 }

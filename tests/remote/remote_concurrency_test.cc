@@ -3,6 +3,7 @@
 // sequential reader gets range requests ahead of it over several reused connections; the
 // chunk cache stays within --cache-size while every read stays correct.
 
+#include <array>
 #include <barrier>
 #include <cerrno>
 #include <cstring>
@@ -13,6 +14,20 @@
 
 namespace aprfs_rtest {
 namespace {
+
+// Two whole sequential reads started at the same moment, one per path.
+std::array<SequentialRead, 2> ReadBothAtOnce(const std::string& first, const std::string& second) {
+  std::barrier start(2);
+  std::array<SequentialRead, 2> reads;
+  std::thread other([&] {
+    start.arrive_and_wait();
+    reads[1] = ReadSequentially(second);
+  });
+  start.arrive_and_wait();
+  reads[0] = ReadSequentially(first);
+  other.join();
+  return reads;
+}
 
 class RemoteConcurrencyTest : public RemoteTest {};
 
@@ -94,18 +109,8 @@ TEST_F(RemoteConcurrencyTest, TwoDaemonsSharingTheCacheFetchEachChunkOnce) {
   ASSERT_GT(FileSize(a->Path("big.apr")), 0u);
   ASSERT_EQ(FileSize(b->Path("big.apr")), FileSize(a->Path("big.apr")));
 
-  std::barrier start(2);
-  SequentialRead reads[2];
-  std::thread ta([&] {
-    start.arrive_and_wait();
-    reads[0] = ReadSequentially(a->Path("big.apr"));
-  });
-  std::thread tb([&] {
-    start.arrive_and_wait();
-    reads[1] = ReadSequentially(b->Path("big.apr"));
-  });
-  ta.join();
-  tb.join();
+  std::array<SequentialRead, 2> reads =
+      ReadBothAtOnce(a->Path("big.apr"), b->Path("big.apr"));
   for (int i = 0; i < 2; ++i) {
     EXPECT_EQ(reads[i].error, 0) << "daemon " << i << ": "
                                  << std::strerror(std::max(0, reads[i].error));
@@ -139,18 +144,8 @@ TEST_F(RemoteConcurrencyTest, TwoDaemonsSharingBothCachesPublishCorrectly) {
   AprfsMount* b = Mount("mnt-b", args, Env(hub.endpoint()));
   ASSERT_TRUE(a && b);
   ASSERT_EQ(FileSize(b->Path("big.apr")), FileSize(a->Path("big.apr")));
-  std::barrier start(2);
-  SequentialRead reads[2];
-  std::thread ta([&] {
-    start.arrive_and_wait();
-    reads[0] = ReadSequentially(a->Path("big.apr"));
-  });
-  std::thread tb([&] {
-    start.arrive_and_wait();
-    reads[1] = ReadSequentially(b->Path("big.apr"));
-  });
-  ta.join();
-  tb.join();
+  std::array<SequentialRead, 2> reads =
+      ReadBothAtOnce(a->Path("big.apr"), b->Path("big.apr"));
   for (int i = 0; i < 2; ++i) {
     EXPECT_EQ(reads[i].error, 0) << "daemon " << i;
     std::vector<std::string> problems = CheckAprBytes(reads[i].bytes, big);

@@ -170,25 +170,34 @@ TEST_P(RemoteFaultTest, ReadGivesCorrectBytesOrEioInTime) {
 
 // Retry-After is honoured (4 waits of 2 s between 5 attempts); then EIO, with no wait after
 // the last attempt.
-class RemoteRetryTest : public RemoteTest {};
+class RemoteRetryTest : public RemoteTest {
+ protected:
+  // The single-shard model behind a fault server, mounted, with its .apr layout read.
+  void MountFaultModel() {
+    const SourceModel& model = SingleModel();
+    server_ = &StartFault("fault", model.ShardPath("model.safetensors"),
+                          {"--path", "model.safetensors"});
+    mount_ = Mount("mnt", {"--repo", "fault/model", "--cache-dir", Dir("cache"), "--no-hf-cache"},
+                   Env(server_->endpoint()));
+    ASSERT_NE(mount_, nullptr);
+    layout_ = ParseAprFile(mount_->Path("model.apr"));
+    ASSERT_EQ(layout_.error, "");
+  }
+
+  FaultServer* server_ = nullptr;
+  AprfsMount* mount_ = nullptr;
+  AprLayout layout_;
+};
 
 TEST_F(RemoteRetryTest, RetriesAreBoundedAndEioFollowsTheLastAttempt) {
-  const SourceModel& model = SingleModel();
-  FaultServer& server =
-      StartFault("fault", model.ShardPath("model.safetensors"), {"--path", "model.safetensors"});
-  AprfsMount* mount =
-      Mount("mnt", {"--repo", "fault/model", "--cache-dir", Dir("cache"), "--no-hf-cache"},
-            Env(server.endpoint()));
-  ASSERT_NE(mount, nullptr);
-  AprLayout layout = ParseAprFile(mount->Path("model.apr"));
-  ASSERT_EQ(layout.error, "");
-  ASSERT_TRUE(server.Reset());
-  ASSERT_TRUE(server.Plan(R"({"plan": [], "then": "status:503:2"})"));
+  ASSERT_NO_FATAL_FAILURE(MountFaultModel());
+  ASSERT_TRUE(server_->Reset());
+  ASSERT_TRUE(server_->Plan(R"({"plan": [], "then": "status:503:2"})"));
   std::string got;
   double seconds = 0;
-  int err = ReadRange(mount->Path("model.apr"), AprOffsetOf(layout, "w.weight", 1 << 20), 4096,
+  int err = ReadRange(mount_->Path("model.apr"), AprOffsetOf(layout_, "w.weight", 1 << 20), 4096,
                       &got, &seconds);
-  json stats = server.Stats();
+  json stats = server_->Stats();
   EXPECT_EQ(err, EIO);
   EXPECT_EQ(stats.value("requests", 0), 5) << "attempts at the chunk: " << stats["log"].dump();
   EXPECT_GE(seconds, 7.5) << "Retry-After: 2 not honoured";
@@ -198,29 +207,21 @@ TEST_F(RemoteRetryTest, RetriesAreBoundedAndEioFollowsTheLastAttempt) {
 // After a read failed, prefetch downloads of the other chunks keep retrying in the background;
 // unmounting must still end the daemon promptly.
 TEST_F(RemoteRetryTest, DaemonExitsPromptlyAfterUnmountWhileDownloadsRetry) {
-  const SourceModel& model = SingleModel();
-  FaultServer& server =
-      StartFault("fault", model.ShardPath("model.safetensors"), {"--path", "model.safetensors"});
-  AprfsMount* mount =
-      Mount("mnt", {"--repo", "fault/model", "--cache-dir", Dir("cache"), "--no-hf-cache"},
-            Env(server.endpoint()));
-  ASSERT_NE(mount, nullptr);
-  AprLayout layout = ParseAprFile(mount->Path("model.apr"));
-  ASSERT_EQ(layout.error, "");
+  ASSERT_NO_FATAL_FAILURE(MountFaultModel());
   // Chunk 0 comes; everything after is refused with Retry-After: 5.
-  ASSERT_TRUE(server.Reset());
-  ASSERT_TRUE(server.Plan(R"({"plan": ["ok"], "then": "status:503:5"})"));
+  ASSERT_TRUE(server_->Reset());
+  ASSERT_TRUE(server_->Plan(R"({"plan": ["ok"], "then": "status:503:5"})"));
   // Two small sequential O_DIRECT reads in chunk 0: the second one makes a stream whose
   // read-ahead schedules chunk 1 in the background.
   std::string got;
-  const uint64_t at = AprOffsetOf(layout, "w.weight");
-  ASSERT_EQ(ReadRange(mount->Path("model.apr"), at, 4096, &got), 0);
-  ASSERT_EQ(ReadRange(mount->Path("model.apr"), at + 4096, 4096, &got), 0);
-  ASSERT_TRUE(WaitFor([&] { return server.Stats().value("requests", 0) >= 2; }, 10s))
-      << "no background download of chunk 1 started: " << server.Stats().dump();
+  const uint64_t at = AprOffsetOf(layout_, "w.weight");
+  ASSERT_EQ(ReadRange(mount_->Path("model.apr"), at, 4096, &got), 0);
+  ASSERT_EQ(ReadRange(mount_->Path("model.apr"), at + 4096, 4096, &got), 0);
+  ASSERT_TRUE(WaitFor([&] { return server_->Stats().value("requests", 0) >= 2; }, 10s))
+      << "no background download of chunk 1 started: " << server_->Stats().dump();
   auto t0 = Clock::now();
-  ASSERT_EQ(umount2(mount->mountpoint().c_str(), 0), 0) << std::strerror(errno);
-  bool exited = WaitFor([&] { return !mount->Alive(); }, 30s);
+  ASSERT_EQ(umount2(mount_->mountpoint().c_str(), 0), 0) << std::strerror(errno);
+  bool exited = WaitFor([&] { return !mount_->Alive(); }, 30s);
   double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   EXPECT_TRUE(exited);
   EXPECT_LT(seconds, 5.0) << "the daemon took " << seconds << " s to exit after the unmount";
