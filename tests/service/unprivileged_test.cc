@@ -4,6 +4,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <filesystem>
+
 #include "tests/service/service_util.h"
 
 namespace aprfs_stest {
@@ -19,19 +21,27 @@ class UnprivilegedTest : public ServiceTest {
     ASSERT_EQ(chmod(root().c_str(), 0755), 0);
     ASSERT_EQ(chown(mountpoint().c_str(), user_.uid(), user_.gid()), 0);
     ASSERT_EQ(chown(work_dir().c_str(), user_.uid(), user_.gid()), 0);
+    // The build tree may sit in a folder only root can enter (a clone under `mktemp -d`): the
+    // user runs copies of the binary and the checker from the scratch folder.
+    std::error_code ec;
+    std::filesystem::copy_file(AprfsBinary(), UserAprfs(), ec);
+    ASSERT_FALSE(ec) << ec.message();
+    std::filesystem::copy_file(ToolsDir() + "/aprcheck.py", root() + "/aprcheck.py", ec);
+    ASSERT_FALSE(ec) << ec.message();
   }
+  std::string UserAprfs() const { return root() + "/aprfs"; }
   ProcResult AsUser(const std::vector<std::string>& argv, Millis timeout = 60s) {
     return user_.Run(argv, work_dir(), timeout);
   }
   ProcResult UserMount(const std::vector<std::string>& extra = {}) {
-    std::vector<std::string> argv = {AprfsBinary(), "mount", mountpoint(), "--no-hf-cache",
+    std::vector<std::string> argv = {UserAprfs(), "mount", mountpoint(), "--no-hf-cache",
                                      "--source", models_dir()};
     argv.insert(argv.end(), extra.begin(), extra.end());
     return AsUser(argv);
   }
   // The user's own reader: aprcheck.py compares every tensor with the source shards.
   void ExpectUserReads(const std::string& apr, const std::string& model_dir) {
-    ProcResult check = AsUser({"python3", ToolsDir() + "/aprcheck.py", apr, "--source", model_dir}, 90s);
+    ProcResult check = AsUser({"python3", root() + "/aprcheck.py", apr, "--source", model_dir}, 90s);
     EXPECT_EQ(check.exit_code, 0) << check.Describe();
   }
   DevFuseGuard dev_fuse_;
@@ -52,7 +62,7 @@ TEST_F(UnprivilegedTest, UserMountsReadsAndUnmountsThroughFusermount) {
       << "a user's mount must not be shared unless asked";
   ExpectUserReads(MP("mine.apr"), Model("mine"));
 
-  ProcResult umount = AsUser({AprfsBinary(), "umount", mountpoint()});
+  ProcResult umount = AsUser({UserAprfs(), "umount", mountpoint()});
   EXPECT_EQ(umount.exit_code, 0) << umount.Describe();
   EXPECT_FALSE(FindMount(mountpoint()).has_value());
   EXPECT_TRUE(WaitNoDaemons(mountpoint(), 10s));
@@ -71,7 +81,7 @@ TEST_F(UnprivilegedTest, UserReplacesItsOwnDeadMount) {
   EXPECT_NE(r.err.find("replaced a dead aprfs mount"), std::string::npos) << r.Describe();
   EXPECT_EQ(CountMounts(mountpoint()), 1);
   ExpectUserReads(MP("again.apr"), Model("again"));
-  EXPECT_EQ(AsUser({AprfsBinary(), "umount", mountpoint()}).exit_code, 0);
+  EXPECT_EQ(AsUser({UserAprfs(), "umount", mountpoint()}).exit_code, 0);
   EXPECT_TRUE(WaitNoDaemons(mountpoint(), 10s));
 }
 
@@ -93,7 +103,7 @@ TEST_F(UnprivilegedTest, AllowOtherNeedsUserAllowOtherInFuseConf) {
   ASSERT_EQ(shared.exit_code, 0) << shared.Describe();
   // Shared: root, another user, reads it.
   ExpectModelReads(MP("shared.apr"), expected);
-  EXPECT_EQ(AsUser({AprfsBinary(), "umount", mountpoint()}).exit_code, 0);
+  EXPECT_EQ(AsUser({UserAprfs(), "umount", mountpoint()}).exit_code, 0);
   EXPECT_TRUE(WaitNoDaemons(mountpoint(), 10s));
 }
 
