@@ -50,6 +50,19 @@ int LocalFile::CheckUnchanged() {
   return EIO;
 }
 
+// What was read now lives in the page cache of the .apr (kept across opens): keeping the shard's
+// copy too would cache every byte twice and halve what fits in memory. The kernel caches files
+// in folios of up to 2 MiB and drops only those wholly inside the advised range, so the range
+// reaches back to the 2 MiB boundary (for a sequential reader, bytes the previous request
+// served) and, at the end of the file, to its end.
+void LocalFile::DropFromPageCache(uint64_t offset, size_t length) {
+  constexpr uint64_t kLargestFolio = 2 << 20;
+  uint64_t from = offset / kLargestFolio * kLargestFolio;
+  uint64_t end = offset + length;
+  off_t span = end == identity_.size ? 0 : static_cast<off_t>(end - from);  // 0: to the end
+  ::posix_fadvise(fd_, static_cast<off_t>(from), span, POSIX_FADV_DONTNEED);
+}
+
 int LocalFile::Read(uint64_t offset, size_t length, char* dst) {
   if (offset > identity_.size || length > identity_.size - offset) return EIO;
   size_t done = 0;
@@ -67,7 +80,9 @@ int LocalFile::Read(uint64_t offset, size_t length, char* dst) {
   // Checked after the read, so bytes from a file modified during the read are never served.
   int changed = CheckUnchanged();
   if (changed) return changed;
-  return done == length ? 0 : EIO;
+  if (done != length) return EIO;
+  DropFromPageCache(offset, length);
+  return 0;
 }
 
 }  // namespace aprfs

@@ -42,6 +42,7 @@ class LocalFile final : public ByteSource {
 
  private:
   LocalFile(std::string path, int fd, FileIdentity identity);
+  void DropFromPageCache(uint64_t offset, size_t length);
 
   std::string path_;
   int fd_;

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Builds aprfs and its tests with sanitizers and runs them (after scripts/install-deps.sh):
+#   address  ASan + UBSan (build-asan/): the whole suite.
+#   thread   TSan (build-tsan/): the unit tests and every test of concurrent readers, fetches,
+#            daemons and load.
+# The daemons the tests start are sanitized too. Every process writes its reports under
+# /tmp/aprfs-<kind>-reports.*/, and any report fails the run, even one from a daemon whose test
+# passed (a report at exit, a leak).
+# Usage: scripts/sanitize.sh [address|thread]...   (default: both; extra ctest args in CTEST_ARGS)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+KINDS=("$@")
+[ ${#KINDS[@]} -gt 0 ] || KINDS=(address thread)
+
+# Tests where threads or processes meet: what TSan is for.
+TSAN_TESTS='^(ChunkStore|ChunkCache|Fetcher|FooterCrc|HfCacheWriter|VirtualFile|RemoteConcurrency|Load)'
+TSAN_TESTS+='|Concurrent|Racing|Threads|Killed|Sigterm|Lazy'
+
+run_kind() {
+  local kind=$1 build=build-${1/address/asan}
+  build=${build/thread/tsan}
+  # World-writable: the unprivileged tests run the daemon as another user.
+  local reports
+  reports=$(mktemp -d /tmp/aprfs-$kind-reports.XXXXXX)
+  chmod 1777 "$reports"
+  local targets=() filter=()
+  if [ "$kind" = thread ]; then
+    targets=(--target aprfs aprfs_unit_tests aprfs_fuse_tests aprfs_remote_tests)
+    filter=(-R "$TSAN_TESTS")
+  fi
+  echo "== $kind: building $build"
+  # -O1 -g1: quicker to build than -O2 -g, line numbers in reports, and assert() on.
+  cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" \
+    -DAPRFS_SANITIZE="$kind" >/dev/null
+  cmake --build "$build" -j "$(nproc)" "${targets[@]}" >/dev/null
+  echo "== $kind: running the tests"
+  local status=0
+  # Sanitized code is 2-10x slower: the load tests run shorter than in the normal build.
+  (cd "$build" &&
+    APRFS_LOAD_SECONDS=${APRFS_LOAD_SECONDS:-20} \
+    ASAN_OPTIONS="log_path=$reports/asan:detect_leaks=1:abort_on_error=0" \
+    UBSAN_OPTIONS="log_path=$reports/ubsan:print_stacktrace=1:halt_on_error=1" \
+    TSAN_OPTIONS="log_path=$reports/tsan:halt_on_error=0:second_deadlock_stack=1" \
+    ctest --output-on-failure --timeout 900 "${filter[@]}" ${CTEST_ARGS:-}) || status=1
+  if compgen -G "$reports/*" >/dev/null; then
+    echo "== $kind: sanitizer reports:"
+    for report in "$reports"/*; do
+      echo "--- $report"
+      head -60 "$report"
+    done
+    status=1
+  fi
+  return $status
+}
+
+status=0
+for kind in "${KINDS[@]}"; do
+  case $kind in
+    address|thread) run_kind "$kind" || status=1 ;;
+    *) echo "unknown sanitizer '$kind' (address or thread)" >&2; exit 2 ;;
+  esac
+done
+exit $status
