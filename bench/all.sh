@@ -55,6 +55,7 @@ has_section() { [[ " $SECTIONS " == *" $1 "* ]]; }
 now() { date +%s.%N; }
 calc() { echo "scale=4; $*" | bc; }
 fmt() { printf "%.${2:-2}f" "$1"; }
+spread() { [ $# -gt 1 ] || return 0; printf ' (runs %s–%s)' "$(fmt "$(printf '%s\n' "$@" | sort -g | head -1)")" "$(fmt "$(printf '%s\n' "$@" | sort -g | tail -1)")"; }
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 # The value of key=... in a line of key=value words.
 kv() { local word; for word in $2; do [[ $word == "$1="* ]] && { echo "${word#*=}"; return; }; done; die "no $1 in: $2"; }
@@ -238,8 +239,8 @@ fi
 # Counted with the tracepoint filemap:mm_filemap_add_to_page_cache per file (device + inode), so
 # the pages DAMON pages out again during the read still count; fincore gives what is left at
 # the end. The baseline is the same count for a direct read of the shards.
-declare -A ADDED
-trace_page_adds() {  # files... -- command... ; sets ADDED[file]=bytes and TRACE_LOST
+declare -A ADDED FOLIOS
+trace_page_adds() {  # files... -- command... ; sets ADDED[file]=bytes, FOLIOS[file], TRACE_LOST
   local files=() filter="" f ma mi ino dev key bytes
   local -A file_of=()
   while [ "$1" != -- ]; do files+=("$1"); shift; done
@@ -249,19 +250,23 @@ trace_page_adds() {  # files... -- command... ; sets ADDED[file]=bytes and TRACE
     filter+="${filter:+ || }(s_dev == $(( ma << 20 | mi )) && i_ino == $ino)"
     file_of["$ma:$mi $(printf %x "$ino")"]=$f
     ADDED[$f]=0
+    FOLIOS[$f]=0
   done
   perf record -q -a -m 4096 -o "$WORK/pagecache.data" -e filemap:mm_filemap_add_to_page_cache \
     --filter "$filter" -- "$@"
-  while read -r dev ino bytes; do
+  while read -r dev ino bytes folios; do
     key="$dev $ino"
-    [ -n "${file_of[$key]:-}" ] && ADDED[${file_of[$key]}]=$bytes
+    if [ -n "${file_of[$key]:-}" ]; then ADDED[${file_of[$key]}]=$bytes; FOLIOS[${file_of[$key]}]=$folios; fi
   done < <(perf script -i "$WORK/pagecache.data" -F trace 2>/dev/null |
-           awk '{split($NF, o, "="); b[$2 " " $4] += 4096 * 2 ^ o[2]} END {for (k in b) printf "%s %.0f\n", k, b[k]}')
+           awk '{split($NF, o, "="); k = $2 " " $4; b[k] += 4096 * 2 ^ o[2]; n[k]++}
+                END {for (k in b) printf "%s %.0f %d\n", k, b[k], n[k]}')
   TRACE_LOST=$(perf report -i "$WORK/pagecache.data" --stats 2>/dev/null |
                awk '/LOST_SAMPLES events:/ {n = $3} END {print n + 0}')
   rm -f "$WORK/pagecache.data"
 }
 sum_added() { local f total=0; for f in "$@"; do total=$((total + ADDED[$f])); done; echo "$total"; }
+kib_per() { if [ "$2" -gt 0 ]; then fmt "$(calc "$1 / $2 / 1024")" 0; else echo "?"; fi; }
+sum_folios() { local f total=0; for f in "$@"; do total=$((total + FOLIOS[$f])); done; echo "$total"; }
 if has_section pagecache; then
   echo "page cache ..."
   set_label pagecache
@@ -277,7 +282,9 @@ if has_section pagecache; then
   apr_res=$(resident_bytes "$APR")
   stop_daemon
   shard_added=$(sum_added "${SHARDS[@]}")
+  shard_folios=$(sum_folios "${SHARDS[@]}")
   apr_added=${ADDED[$APR]}
+  apr_folios=${FOLIOS[$APR]}
   PAGES_RATIO=$(calc "($shard_added + $apr_added) / $SHARD_BYTES")
   PAGES_DIRECT=$(calc "$direct_added / $SHARD_BYTES")
   PAGES_RESIDENT=$(calc "($shard_res + $apr_res) / $SHARD_BYTES")
@@ -285,6 +292,8 @@ if has_section pagecache; then
     echo "pagecache.direct_added_bytes=$direct_added"; echo "pagecache.direct_trace_lost=$direct_lost"
     echo "pagecache.shard_added_bytes=$shard_added"; echo "pagecache.apr_added_bytes=$apr_added"
     echo "pagecache.trace_lost=$TRACE_LOST"
+    # Folios added: their mean size shows whether the page cache used large folios.
+    echo "pagecache.shard_folios=$shard_folios"; echo "pagecache.apr_folios=$apr_folios"
     echo "pagecache.shard_resident_at_end_bytes=$shard_res"; echo "pagecache.apr_resident_at_end_bytes=$apr_res"
     echo "pagecache.ratio=$PAGES_RATIO"; echo "pagecache.resident_ratio=$PAGES_RESIDENT"
   } >> "$RESULTS"
@@ -434,12 +443,12 @@ goal_mark() { if [ "$(echo "$1" | bc)" -eq 1 ]; then echo "met"; else echo "**no
   echo "| measure | aprfs | baseline | ratio | goal |"
   echo "|---|---|---|---|---|"
   if has_section seq; then
-    echo "| sequential read, shards cold (.apr via mount / shards direct, dd bs=1M) | $(fmt "$SEQ_APR_COLD" 0) MB/s | $(fmt "$SEQ_DIRECT_COLD" 0) MB/s | $(fmt "$SEQ_R_COLD") | — |"
-    echo "| sequential first read of the .apr, shards hot / shards direct hot | $(fmt "$SEQ_APR_HOT" 0) MB/s | $(fmt "$SEQ_DIRECT_HOT" 0) MB/s | $(fmt "$SEQ_R_HOT") | ≥ 0.5: $(goal_mark "$SEQ_R_HOT >= 0.5") |"
-    echo "| second read of the .apr (kernel cache kept) / shards direct hot | $(fmt "$SEQ_APR_SECOND" 0) MB/s | $(fmt "$SEQ_DIRECT_HOT" 0) MB/s | $(fmt "$SEQ_R_SECOND") | ≥ 0.9: $(goal_mark "$SEQ_R_SECOND >= 0.9") |"
+    echo "| sequential read, shards cold (.apr via mount / shards direct, dd bs=1M; median of $RUNS) | $(fmt "$SEQ_APR_COLD" 0) MB/s | $(fmt "$SEQ_DIRECT_COLD" 0) MB/s | $(fmt "$SEQ_R_COLD")$(spread "${R_COLD[@]}") | — |"
+    echo "| sequential first read of the .apr, shards hot / shards direct hot | $(fmt "$SEQ_APR_HOT" 0) MB/s | $(fmt "$SEQ_DIRECT_HOT" 0) MB/s | $(fmt "$SEQ_R_HOT")$(spread "${R_HOT[@]}") | ≥ 0.5: $(goal_mark "$SEQ_R_HOT >= 0.5") |"
+    echo "| second read of the .apr (kernel cache kept) / shards direct hot | $(fmt "$SEQ_APR_SECOND" 0) MB/s | $(fmt "$SEQ_DIRECT_HOT" 0) MB/s | $(fmt "$SEQ_R_SECOND")$(spread "${R_SECOND[@]}") | ≥ 0.9: $(goal_mark "$SEQ_R_SECOND >= 0.9") |"
   fi
   if has_section pagecache; then
-    echo "| page cache added by one full read from cold, (shard + .apr pages) / model size (resident at the end: $(fmt "$PAGES_RESIDENT") x) | $(fmt "$PAGES_RATIO") x | $(fmt "$PAGES_DIRECT") x (shards read directly) | $(fmt "$PAGES_RATIO") | ≤ 1.1: $(goal_mark "$PAGES_RATIO <= 1.1") |"
+    echo "| page cache added by one full read from cold, (shard + .apr pages) / model size (resident at the end: $(fmt "$PAGES_RESIDENT") x; mean folio: .apr $(kib_per "$apr_added" "$apr_folios") KiB, shards $(kib_per "$shard_added" "$shard_folios") KiB) | $(fmt "$PAGES_RATIO") x | $(fmt "$PAGES_DIRECT") x (shards read directly) | $(fmt "$PAGES_RATIO") | ≤ 1.1: $(goal_mark "$PAGES_RATIO <= 1.1") |"
   fi
   if has_section fio; then
     for bs in 4k 1m; do
