@@ -120,7 +120,10 @@ cleanup() {
 
 # --- Checks and the models --------------------------------------------------------------------
 [ "$(id -u)" -eq 0 ] || die "run as root: it drops the page cache (sudo bench/all.sh)"
-for tool in fio fincore perf bc python3 dd cmp mountpoint findmnt; do
+needed=(fincore bc python3 dd cmp mountpoint findmnt)
+has_section fio && needed+=(fio)
+has_section pagecache && needed+=(perf)
+for tool in "${needed[@]}"; do
   command -v "$tool" >/dev/null || die "$tool is missing (scripts/install-deps.sh installs it)"
 done
 [ -x "$APRFS" ] || die "no aprfs binary at $APRFS (build it, or set APRFS=)"
