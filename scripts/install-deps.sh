@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs every Debian 12 package aprfs needs to build, run, test and benchmark. The service
-# tests use mount(8), setpriv and useradd, systemd-analyze (no running systemd needed) and groff.
+# tests use mount(8), setpriv and useradd, systemd-analyze (no running systemd needed) and groff;
+# bench/all.sh uses fio and perf.
 set -euo pipefail
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
@@ -16,4 +17,5 @@ $SUDO apt-get install -y -q --no-install-recommends \
   nginx-light aria2 curl \
   mount util-linux bsdutils passwd systemd groff-base \
   attr \
-  clang libclang-rt-14-dev
+  clang libclang-rt-14-dev \
+  fio linux-perf

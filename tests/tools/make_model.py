@@ -23,7 +23,8 @@ import sys
 
 # Bytes per element of the safetensors dtypes we generate.
 DTYPE_SIZE = {
-    "BOOL": 1, "U8": 1, "I8": 1, "I16": 2, "U16": 2, "F16": 2, "BF16": 2,
+    "BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "I16": 2, "U16": 2, "F16": 2,
+    "BF16": 2,
     "I32": 4, "U32": 4, "F32": 4, "F64": 8, "I64": 8, "U64": 8,
 }
 
@@ -60,11 +61,13 @@ class Tensor:
 class Preset:
     """A model: tensors in state-dict (layer) order, config.json, tokenizer recipe."""
 
-    def __init__(self, tensors, config, tokenizer, default_shards):
+    def __init__(self, tensors, config, tokenizer, default_shards,
+                 shard_pattern="model-%05d-of-%05d.safetensors"):
         self.tensors = tensors
         self.config = config
         self.tokenizer = tokenizer  # dict of make_tokenizer() keyword arguments
         self.default_shards = default_shards
+        self.shard_pattern = shard_pattern  # % (k, n)
 
 
 # --------------------------------------------------------------------------------------
@@ -236,8 +239,138 @@ def preset_bench_1g(tie, shards):
     return Preset(tensors, config, tok, 4)
 
 
+def preset_bench_dense(tie, shards, layers=13):
+    """Llama-2-7B shapes with `layers` layers (~0.79 GB + 0.40 GB per layer; 13 -> 6.05 GB):
+    BF16 weights, F32 norms and an F32 lm_head, so the model mixes both dtypes."""
+    h, inter, heads, kv, vocab = 4096, 11008, 32, 32, 32000
+    tensors = llama_tensors(h, inter, layers, heads, kv, vocab, lm_head_dtype="F32", tie=tie)
+    config = llama_config(h, inter, layers, heads, kv, vocab, tie, bos=1, eos=2)
+    tok = dict(vocab_size=vocab, n_merges=vocab - 256 - 2, specials=["<s>", "</s>"])
+    return Preset(tensors, config, tok, 5)
+
+
+def deepseek_v3_tensors(layers, fp8):
+    """deepseek-ai/DeepSeek-V3's tensors in registration order: FP8 (`fp8`) projections, each
+    with an F32 `weight_scale_inv` of 128x128 blocks, BF16 norms/embeddings/router, F32 router
+    bias. Layers 0-2 are dense, the others MoE (256 routed experts + 1 shared); the last
+    layer (61 of 62) is the multi-token-prediction layer with its own embedding and head."""
+    hidden, inter, moe_inter, vocab, experts = 7168, 18432, 2048, 129280, 256
+    heads, q_lora, kv_lora, nope, rope, v_dim = 128, 1536, 512, 128, 64, 128
+    dense_layers = 3
+
+    def quantized(name, rows, cols):
+        scale = [-(-rows // 128), -(-cols // 128)]
+        return [Tensor(name + ".weight", fp8, [rows, cols]),
+                Tensor(name + ".weight_scale_inv", "F32", scale)]
+
+    def mlp(prefix, inter_size):
+        return (quantized(prefix + "gate_proj", inter_size, hidden)
+                + quantized(prefix + "up_proj", inter_size, hidden)
+                + quantized(prefix + "down_proj", hidden, inter_size))
+
+    out = [Tensor("model.embed_tokens.weight", "BF16", [vocab, hidden])]
+    for i in range(layers):
+        p = "model.layers.%d." % i
+        a = p + "self_attn."
+        out += quantized(a + "q_a_proj", q_lora, hidden)
+        out.append(Tensor(a + "q_a_layernorm.weight", "BF16", [q_lora]))
+        out += quantized(a + "q_b_proj", heads * (nope + rope), q_lora)
+        out += quantized(a + "kv_a_proj_with_mqa", kv_lora + rope, hidden)
+        out.append(Tensor(a + "kv_a_layernorm.weight", "BF16", [kv_lora]))
+        out += quantized(a + "kv_b_proj", heads * (nope + v_dim), kv_lora)
+        out += quantized(a + "o_proj", hidden, heads * v_dim)
+        if i < min(dense_layers, layers - 1):
+            out += mlp(p + "mlp.", inter)
+        else:
+            for e in range(experts):
+                out += mlp(p + "mlp.experts.%d." % e, moe_inter)
+            out.append(Tensor(p + "mlp.gate.weight", "BF16", [experts, hidden]))
+            out.append(Tensor(p + "mlp.gate.e_score_correction_bias", "F32", [experts]))
+            out += mlp(p + "mlp.shared_experts.", moe_inter)
+        out.append(Tensor(p + "input_layernorm.weight", "BF16", [hidden]))
+        out.append(Tensor(p + "post_attention_layernorm.weight", "BF16", [hidden]))
+        if i == layers - 1:  # the multi-token-prediction layer
+            out += [
+                Tensor(p + "embed_tokens.weight", "BF16", [vocab, hidden]),
+                Tensor(p + "enorm.weight", "BF16", [hidden]),
+                Tensor(p + "hnorm.weight", "BF16", [hidden]),
+                Tensor(p + "eh_proj.weight", "BF16", [hidden, 2 * hidden]),
+                Tensor(p + "shared_head.norm.weight", "BF16", [hidden]),
+                Tensor(p + "shared_head.head.weight", "BF16", [vocab, hidden]),
+            ]
+    out.append(Tensor("model.norm.weight", "BF16", [hidden]))
+    out.append(Tensor("lm_head.weight", "BF16", [vocab, hidden]))
+    return out
+
+
+def preset_deepseek_v3(tie, shards, layers=62, fp8="F8_E4M3"):
+    """deepseek-ai/DeepSeek-V3: 61 layers + the MTP layer, 91,991 tensors, ~688 GB in 163
+    shards. Use --sparse. `fp8` replaces F8_E4M3 (e.g. U8, same byte size) for readers that
+    have no FP8 code."""
+    if layers < 2:
+        raise ValueError("deepseek-v3 needs at least 2 layers (one dense or MoE, one MTP)")
+    tensors = deepseek_v3_tensors(layers, fp8)
+    config = {
+        "architectures": ["DeepseekV3ForCausalLM"],
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "bos_token_id": 0,
+        "eos_token_id": 1,
+        "first_k_dense_replace": 3,
+        "hidden_act": "silu",
+        "hidden_size": 7168,
+        "initializer_range": 0.02,
+        "intermediate_size": 18432,
+        "kv_lora_rank": 512,
+        "max_position_embeddings": 163840,
+        "model_type": "deepseek_v3",
+        "moe_intermediate_size": 2048,
+        "moe_layer_freq": 1,
+        "n_group": 8,
+        "n_routed_experts": 256,
+        "n_shared_experts": 1,
+        "norm_topk_prob": True,
+        "num_attention_heads": 128,
+        "num_experts_per_tok": 8,
+        "num_hidden_layers": layers - 1,
+        "num_key_value_heads": 128,
+        "num_nextn_predict_layers": 1,
+        "q_lora_rank": 1536,
+        "qk_nope_head_dim": 128,
+        "qk_rope_head_dim": 64,
+        "quantization_config": {"activation_scheme": "dynamic", "fmt": "e4m3",
+                                "quant_method": "fp8", "weight_block_size": [128, 128]},
+        "rms_norm_eps": 1e-06,
+        "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 1.0,
+                         "mscale_all_dim": 1.0, "original_max_position_embeddings": 4096,
+                         "type": "yarn"},
+        "rope_theta": 10000,
+        "routed_scaling_factor": 2.5,
+        "scoring_func": "sigmoid",
+        "tie_word_embeddings": False,
+        "topk_group": 4,
+        "topk_method": "noaux_tc",
+        "torch_dtype": "bfloat16",
+        "transformers_version": "4.46.3",
+        "use_cache": True,
+        "v_head_dim": 128,
+        "vocab_size": 129280,
+    }
+    specials = ["<\uff5cbegin\u2581of\u2581sentence\uff5c>", "<\uff5cend\u2581of\u2581sentence\uff5c>",
+                "<\uff5c\u2581pad\u2581\uff5c>"]
+    specials += ["<\uff5cplace\u2581holder\u2581no\u2581%d\uff5c>" % i for i in range(797)]
+    tok = dict(vocab_size=129280, n_merges=129280 - 256 - len(specials), specials=specials)
+    # The real repo spells the total with 6 digits: model-00001-of-000163.safetensors.
+    return Preset(tensors, config, tok, 163, shard_pattern="model-%05d-of-%06d.safetensors")
+
+
+# Presets whose layer count --layers may change.
+LAYERED_PRESETS = ("bench-dense", "deepseek-v3")
+
 PRESETS = {
     "bench-1g": preset_bench_1g,
+    "bench-dense": preset_bench_dense,
+    "deepseek-v3": preset_deepseek_v3,
     "tiny": lambda tie, shards: preset_tiny(tie, shards),
     "llama-tiny": lambda tie, shards: preset_tiny(True, shards),
     "edge": preset_edge,
@@ -454,10 +587,10 @@ def json_file_bytes(obj, sort_keys=True, indent=2):
             + "\n").encode("utf-8")
 
 
-def shard_file_names(n, layout):
+def shard_file_names(n, layout, pattern):
     if layout == "single":
         return ["model.safetensors"]
-    return ["model-%05d-of-%05d.safetensors" % (k + 1, n) for k in range(n)]
+    return [pattern % (k + 1, n) for k in range(n)]
 
 
 class PlainTarget:
@@ -582,7 +715,17 @@ def parse_args(argv):
     p.add_argument("--no-config", action="store_true")
     p.add_argument("--tie-embeddings", action="store_true",
                    help="tie_word_embeddings=true and no lm_head.weight")
+    p.add_argument("--layers", type=int, default=None,
+                   help="number of layers (%s only)" % ", ".join(LAYERED_PRESETS))
+    p.add_argument("--fp8-dtype", default=None, choices=["F8_E4M3", "U8", "I8"],
+                   help="dtype of the FP8 weights (deepseek-v3 only; default F8_E4M3)")
     args = p.parse_args(argv)
+    if args.layers is not None and args.preset not in LAYERED_PRESETS:
+        p.error("--layers applies to %s only" % ", ".join(LAYERED_PRESETS))
+    if args.layers is not None and args.layers < 1:
+        p.error("--layers must be >= 1")
+    if args.fp8_dtype is not None and args.preset != "deepseek-v3":
+        p.error("--fp8-dtype applies to deepseek-v3 only")
     if args.hf_cache is True:
         if not args.out_dir:
             p.error("--hf-cache without a value needs OUT_DIR as the cache root")
@@ -599,7 +742,12 @@ def parse_args(argv):
 
 
 def generate(args):
-    preset = PRESETS[args.preset](args.tie_embeddings, args.shards)
+    extra = {}
+    if args.layers is not None:
+        extra["layers"] = args.layers
+    if args.fp8_dtype is not None:
+        extra["fp8"] = args.fp8_dtype
+    preset = PRESETS[args.preset](args.tie_embeddings, args.shards, **extra)
     if args.layout == "single":
         n = 1
     else:
@@ -607,7 +755,7 @@ def generate(args):
         if args.layout == "noindex" and args.shards is None:
             n = max(n, 2)
     groups = split_balanced(preset.tensors, n)
-    names = shard_file_names(n, args.layout)
+    names = shard_file_names(n, args.layout, preset.shard_pattern)
 
     if args.hf_cache is not None:
         target = HfCacheTarget(args.hf_cache, args.repo, args.revision, args.seed)
