@@ -35,13 +35,15 @@ run_kind() {
   cmake --build "$build" -j "$(nproc)" "${targets[@]}" >/dev/null
   echo "== $kind: running the tests"
   local status=0
-  # Sanitized code is 2-10x slower: the load tests run shorter than in the normal build.
+  # Sanitized code is 2-10x slower: the load tests run shorter than in the normal build, and
+  # two tests run at a time (most of a test's time is waiting for mounts and servers).
   (cd "$build" &&
     APRFS_LOAD_SECONDS=${APRFS_LOAD_SECONDS:-20} \
     ASAN_OPTIONS="log_path=$reports/asan:detect_leaks=1:abort_on_error=0" \
     UBSAN_OPTIONS="log_path=$reports/ubsan:print_stacktrace=1:halt_on_error=1" \
     TSAN_OPTIONS="log_path=$reports/tsan:halt_on_error=0:second_deadlock_stack=1" \
-    ctest --output-on-failure --timeout 900 "${filter[@]}" ${CTEST_ARGS:-}) || status=1
+    ctest --output-on-failure --timeout 900 -j "${SANITIZE_JOBS:-2}" "${filter[@]}" \
+      ${CTEST_ARGS:-}) || status=1
   if compgen -G "$reports/*" >/dev/null; then
     echo "== $kind: sanitizer reports:"
     for report in "$reports"/*; do

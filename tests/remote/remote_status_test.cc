@@ -264,7 +264,9 @@ TEST_F(RemoteStatusTest, InFlightFailedRequestsAndErrorsAreCounted) {
   EXPECT_EQ(ReadRange(path, AprOffsetOf(layout, "w.weight", within2), 4096, &got), EIO);
   json failed = ModelEntry(ReadStatus(*mount), "model.apr");
   EXPECT_EQ(U(failed, "errors"), 1u) << failed.dump(2);
-  EXPECT_EQ(U(failed, "failed_requests"), U(after, "failed_requests") + 1);
+  // At least the refused request; a slow (sanitized) daemon may also have had a read-ahead
+  // request refused by then.
+  EXPECT_GE(U(failed, "failed_requests"), U(after, "failed_requests") + 1);
   EXPECT_EQ(U(failed, "bytes_read"), U(after, "bytes_read")) << "a failed read served no bytes";
   EXPECT_EQ(Xattr(path, "user.aprfs.bytes_read"), std::to_string(U(after, "bytes_read")));
 }
