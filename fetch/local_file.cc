@@ -9,6 +9,8 @@
 #include <cstring>
 #include <system_error>
 
+#include "fetch/page_cache.h"
+
 namespace aprfs {
 
 FileIdentity IdentityOf(const struct stat& st) {
@@ -50,19 +52,6 @@ int LocalFile::CheckUnchanged() {
   return EIO;
 }
 
-// What was read now lives in the page cache of the .apr (kept across opens): keeping the shard's
-// copy too would cache every byte twice and halve what fits in memory. The kernel caches files
-// in folios of up to 2 MiB and drops only those wholly inside the advised range, so the range
-// reaches back to the 2 MiB boundary (for a sequential reader, bytes the previous request
-// served) and, at the end of the file, to its end.
-void LocalFile::DropFromPageCache(uint64_t offset, size_t length) {
-  constexpr uint64_t kLargestFolio = 2 << 20;
-  uint64_t from = offset / kLargestFolio * kLargestFolio;
-  uint64_t end = offset + length;
-  off_t span = end == identity_.size ? 0 : static_cast<off_t>(end - from);  // 0: to the end
-  ::posix_fadvise(fd_, static_cast<off_t>(from), span, POSIX_FADV_DONTNEED);
-}
-
 int LocalFile::Read(uint64_t offset, size_t length, char* dst) {
   if (offset > identity_.size || length > identity_.size - offset) return EIO;
   size_t done = 0;
@@ -81,7 +70,7 @@ int LocalFile::Read(uint64_t offset, size_t length, char* dst) {
   int changed = CheckUnchanged();
   if (changed) return changed;
   if (done != length) return EIO;
-  DropFromPageCache(offset, length);
+  DropServedRange(fd_, offset, length, identity_.size);
   return 0;
 }
 

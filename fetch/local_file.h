@@ -42,7 +42,6 @@ class LocalFile final : public ByteSource {
 
  private:
   LocalFile(std::string path, int fd, FileIdentity identity);
-  void DropFromPageCache(uint64_t offset, size_t length);
 
   std::string path_;
   int fd_;
