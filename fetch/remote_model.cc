@@ -280,6 +280,7 @@ VerifyResult VerifyAndPublish(RemoteContext& context, RemoteFile& file,
   PublishResult result = PublishToHfCache(request);
   if (!result.ok) {
     spdlog::warn("{}: not published to the HF cache: {}", file.name(), result.error);
+    file.NoteCacheError("not published to the HF cache: " + result.error);
     store.MarkPublished(false);
     return {VerifyResult::Verdict::Good, "verified, not published: " + result.error};
   }
