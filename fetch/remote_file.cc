@@ -111,6 +111,10 @@ int RemoteFile::AwaitChunk(uint64_t chunk, std::chrono::steady_clock::time_point
   ChunkState& state = chunks_[chunk];  // std::map: stays where it is
   // Failures counted before we asked: only newer ones are about our request.
   const uint64_t failures_seen = state.failures;
+  // A fetch that ends without the chunk being there when we look (evicted at once for the
+  // limit or the disk, dropped read-ahead) sends us back to the caller, which asks again:
+  // waiting on would wait for nothing until the deadline.
+  const uint64_t rounds_seen = state.rounds;
   if (!unstored || !state.unstored) Schedule(chunk, Fetcher::Priority::Demand);
   // However we return (mu_ held): bytes kept in memory go once their last waiter has them.
   ++state.waiters;
@@ -122,7 +126,7 @@ int RemoteFile::AwaitChunk(uint64_t chunk, std::chrono::steady_clock::time_point
   } leave{state};
   auto settled = [&] {
     return (unstored && state.unstored) || state.failures > failures_seen ||
-           store_->Present(chunk);
+           state.rounds > rounds_seen || store_->Present(chunk);
   };
   for (;;) {
     auto until = deadline;
@@ -265,6 +269,7 @@ void RemoteFile::RunFetch(uint64_t chunk) {
     ChunkState& state = chunks_[chunk];
     state.phase = Phase::Idle;
     state.demand = false;
+    ++state.rounds;
     if (outcome.dropped) {
       if (state.waiters > 0) Schedule(chunk, Fetcher::Priority::Demand);  // came meanwhile
     } else if (!outcome.error.empty()) {

@@ -95,6 +95,7 @@ class RemoteFile final : public ByteSource, public std::enable_shared_from_this<
     bool demand = false;     // a reader waits for it
     uint64_t failures = 0;   // attempts that ended in an error, ever
     std::string last_error;
+    uint64_t rounds = 0;     // fetches of it that ended, however
     unsigned waiters = 0;    // AwaitChunk calls waiting for it now
     Bytes unstored;          // downloaded but not stored: kept while someone waits
   };
