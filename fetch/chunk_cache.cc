@@ -85,54 +85,74 @@ void ChunkCache::Release(uint64_t bytes, bool stored) {
   if (stored && known_present_) *known_present_ += bytes;
 }
 
-uint64_t ChunkCache::EnforceLimit(uint64_t incoming) {
+// Every store of the cache, and its evictable chunks (present, not published).
+struct ChunkCache::Scan {
   std::vector<std::shared_ptr<ChunkStore>> stores;
+  std::vector<std::tuple<uint32_t, ChunkStore*, uint64_t>> evictable;  // (last access, ...)
+  uint64_t present = 0;  // bytes of every present chunk
+};
+
+ChunkCache::Scan ChunkCache::ScanStores() {
+  Scan scan;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(root_, ec)) {
     uint64_t size;
     uint32_t chunk_size;
     if (!ReadMapHeader(entry.path() / "map", &size, &chunk_size)) continue;
     try {
-      stores.push_back(ChunkStore::Open(entry.path().string(), size, chunk_size));
+      scan.stores.push_back(ChunkStore::Open(entry.path().string(), size, chunk_size));
     } catch (const std::exception& e) {
       spdlog::debug("chunk cache: skipping {}: {}", entry.path().string(), e.what());
     }
   }
-  // (last access, store, chunk) of every present chunk, oldest first.
-  std::vector<std::tuple<uint32_t, ChunkStore*, uint64_t>> present;
-  uint64_t total = 0;
-  for (const auto& store : stores) {
+  for (const auto& store : scan.stores) {
     for (uint64_t chunk = 0; chunk < store->chunk_count(); ++chunk) {
       if (!store->Present(chunk)) continue;
-      total += store->ChunkLength(chunk);
-      if (!store->Published()) present.emplace_back(store->LastAccess(chunk), store.get(), chunk);
+      scan.present += store->ChunkLength(chunk);
+      if (!store->Published()) {
+        scan.evictable.emplace_back(store->LastAccess(chunk), store.get(), chunk);
+      }
     }
   }
-  if (limit_ == 0 || total + incoming <= limit_) return total;
+  return scan;
+}
+
+uint64_t ChunkCache::EvictOldest(Scan& scan, uint64_t bytes, bool wait) {
   // One evictor at a time across processes: two passes counting from the same snapshot would
   // evict twice what is needed. Whoever holds the lock does the work.
   int lock_fd = ::open((root_ + "/.evict.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (lock_fd < 0 || ::flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
+  if (lock_fd < 0 || ::flock(lock_fd, wait ? LOCK_EX : LOCK_EX | LOCK_NB) != 0) {
     if (lock_fd >= 0) ::close(lock_fd);
-    return total;
+    return 0;
   }
-  std::sort(present.begin(), present.end(),
+  std::sort(scan.evictable.begin(), scan.evictable.end(),
             [](const auto& a, const auto& b) { return std::get<0>(a) < std::get<0>(b); });
+  uint64_t evicted = 0;
+  for (const auto& [access, store, chunk] : scan.evictable) {
+    if (evicted >= bytes) break;
+    if (store->Evict(chunk)) evicted += store->ChunkLength(chunk);
+  }
+  ::close(lock_fd);
+  return evicted;
+}
+
+uint64_t ChunkCache::EnforceLimit(uint64_t incoming) {
+  Scan scan = ScanStores();
+  if (limit_ == 0 || scan.present + incoming <= limit_) return scan.present;
   // Down to 90 % of the limit minus what is coming, so downloads do not trigger a pass per chunk.
   const uint64_t room = limit_ / 10 + incoming;
   const uint64_t target = limit_ > room ? limit_ - room : 0;
-  uint64_t evicted = 0;
-  for (const auto& [access, store, chunk] : present) {
-    if (total <= target) break;
-    if (store->Evict(chunk)) {
-      total -= store->ChunkLength(chunk);
-      ++evicted;
-    }
-  }
-  ::close(lock_fd);
-  spdlog::debug("chunk cache: evicted {} chunks, {} bytes now present (limit {})", evicted, total,
-               limit_);
-  return total;
+  uint64_t evicted = EvictOldest(scan, scan.present - std::min(target, scan.present), false);
+  spdlog::debug("chunk cache: evicted {} bytes, {} bytes now present (limit {})", evicted,
+                scan.present - evicted, limit_);
+  return scan.present - evicted;
+}
+
+uint64_t ChunkCache::MakeRoom(uint64_t bytes) {
+  Scan scan = ScanStores();
+  uint64_t evicted = EvictOldest(scan, bytes, true);
+  spdlog::debug("chunk cache: the disk is full; evicted {} bytes for {}", evicted, bytes);
+  return evicted;
 }
 
 void ChunkCache::Janitor() {

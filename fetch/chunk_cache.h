@@ -37,8 +37,16 @@ class ChunkCache {
   void Reserve(uint64_t bytes);
   // Ends a reservation: the chunk was stored (`stored`) or its download failed.
   void Release(uint64_t bytes, bool stored);
+  // The disk is full (ENOSPC) whatever the limit: evicts the least recently used chunks worth at
+  // least `bytes`. Returns the bytes evicted (0: nothing could be).
+  uint64_t MakeRoom(uint64_t bytes);
 
  private:
+  struct Scan;
+  Scan ScanStores();
+  // Evicts the oldest chunks of `scan` until `bytes` are freed, one evictor at a time across
+  // processes (`wait`: for the one running now, else give up). Returns the bytes evicted.
+  uint64_t EvictOldest(Scan& scan, uint64_t bytes, bool wait);
   void Janitor();
 
   const std::string root_;

@@ -77,6 +77,18 @@ void PrepareFiles(const std::string& dir, uint64_t size, uint32_t chunk_size,
       throw SystemError("cannot initialize", dir);
     }
   }
+  // Every page of the map backed by disk now: the words are written through the mapping, and a
+  // store into a hole of a full filesystem is a SIGBUS that kills the daemon, not an error.
+  // (Skipped when it already is: glibc emulates fallocate by writing where the filesystem lacks
+  // it, which must not race with the words other processes store.)
+  const uint64_t map_bytes = MapBytes(chunk_count);
+  bool backed = ::fstat(map_fd, &st) == 0 && static_cast<uint64_t>(st.st_blocks) * 512 >= map_bytes;
+  int err = backed ? 0 : ::posix_fallocate(map_fd, 0, static_cast<off_t>(map_bytes));
+  if (err != 0) {
+    ::close(map_fd);
+    errno = err;
+    throw SystemError("cannot allocate the chunk map", dir + "/map");
+  }
   ::close(map_fd);
 }
 

@@ -595,6 +595,13 @@ void UpdateRef(const CachePaths& paths, const std::string& commit) {
   guard.Release();
 }
 
+// Undoes the move of a source into blobs/ (same filesystem: a rename needs no room).
+void RestoreSource(const std::string& blob, const std::string& source) {
+  if (::rename(blob.c_str(), source.c_str()) != 0) {
+    spdlog::error("cannot move {} back to {}: {}", blob, source, std::strerror(errno));
+  }
+}
+
 // move_source promises the source is gone: copied and then unlinked, or not needed.
 void ConsumeSource(const std::string& source, const std::string& blob) {
   std::optional<struct stat> src = LstatIfExists(source);
@@ -630,8 +637,24 @@ PublishResult PublishToHfCache(const PublishRequest& request) {
       BlobLock lock(paths.lock, request.lock_timeout);
       result.already_present = BlobPresent(paths.blob, request.size);
       if (!result.already_present) moved = WriteBlob(request, paths);
-      LinkSnapshot(paths);
-      if (!paths.ref.empty()) UpdateRef(paths, request.commit);
+      try {
+        LinkSnapshot(paths);
+      } catch (const std::exception&) {
+        // A moved source that nothing links to goes back: the caller keeps reading (and may
+        // punch holes into) the file it still owns, and finds it again after a restart. On a
+        // full disk the rename into blobs/ succeeds where the link's block cannot be had.
+        if (moved) RestoreSource(paths.blob, request.source_path);
+        throw;
+      }
+      if (!paths.ref.empty()) {
+        // The blob is published once linked: a ref that cannot be written (a full disk) only
+        // leaves the branch name unresolved offline, as before this call.
+        try {
+          UpdateRef(paths, request.commit);
+        } catch (const std::exception& e) {
+          spdlog::warn("{}: published, but the ref was not updated: {}", paths.link, e.what());
+        }
+      }
     }
     if (request.move_source && !moved) ConsumeSource(request.source_path, paths.blob);
     result.ok = true;

@@ -22,8 +22,8 @@ struct PublishRequest {
   uint64_t size = 0;                  // expected length of the source, checked
   // Hand the source over: rename(2) it into the cache when it is on the same filesystem,
   // otherwise copy it and unlink it. On success the source path is gone (also when the blob
-  // was already present). A failure before the blob has its final name leaves the source
-  // where it was.
+  // was already present). A failure leaves the source where it was (a source renamed into
+  // blobs/ whose snapshot link then cannot be made is renamed back).
   bool move_source = false;
   // How long to wait for another writer (huggingface_hub, another mount) holding the lock.
   std::chrono::milliseconds lock_timeout{30000};
@@ -38,7 +38,8 @@ struct PublishResult {
 // Under $CACHE/.locks/models--ORG--NAME/<etag>.lock: puts the source bytes at
 // blobs/<etag> (unique temp name + rename, never blobs/<etag>.incomplete), links
 // snapshots/<commit>/<path_in_repo> to it with a relative symlink, and writes refs/<branch>
-// (40 hex, no newline, only if it changed). Does not verify the content against the etag:
+// (40 hex, no newline, only if it changed; a ref that cannot be written is logged, not a
+// failure: the file is published once linked). Does not verify the content against the etag:
 // the caller has done that (Sha256OfRange / GitBlobSha1). Never writes trees/ or .no_exist/.
 // A branch that is itself a 40-hex commit gets no ref, as with the official client.
 // Safe to call concurrently from several threads and processes.

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <thread>
 
 namespace aprfs {
@@ -13,6 +14,10 @@ constexpr size_t kMaxStreams = 8;
 // Signed CDN URLs live about an hour; resolve again well before.
 constexpr auto kUrlLifetime = std::chrono::minutes(45);
 constexpr auto kCancelPoll = std::chrono::milliseconds(200);
+// After a chunk found no room in the cache: no read-ahead for this long.
+constexpr auto kNoRoomPause = std::chrono::seconds(10);
+
+bool IsNoSpace(int err) { return err == ENOSPC || err == EDQUOT; }
 
 // "W/\"abc\"" -> "abc", as huggingface_hub normalizes ETags.
 std::string NormalizeEtag(std::string etag) {
@@ -51,61 +56,89 @@ int RemoteFile::Read(uint64_t offset, size_t length, char* dst) {
   if (length == 0) return 0;
   if (offset > blob_.size || length > blob_.size - offset) return EIO;
   const auto deadline = std::chrono::steady_clock::now() + options_.read_deadline;
+  const uint64_t first = store_->ChunkOf(offset), last = store_->ChunkOf(offset + length - 1);
   {
     std::lock_guard lock(mu_);
     FollowStreams(offset, length);
   }
-  for (;;) {
-    int result = store_->Read(offset, length, dst);
-    if (result != ENODATA) return result;
-    const std::string what =
-        "read of " + std::to_string(length) + " bytes at " + std::to_string(offset);
-    result = AwaitChunks(store_->ChunkOf(offset), store_->ChunkOf(offset + length - 1), deadline,
-                         {}, what);
+  int result = store_->Read(offset, length, dst);
+  if (result != ENODATA) return result;
+  // Every missing chunk asked for at once, then copied piece by piece: a piece needs only its own
+  // chunk, so two chunks the cache cannot hold together (a full disk, a small --cache-size)
+  // never evict each other in turn until the deadline.
+  {
+    std::lock_guard lock(mu_);
+    for (uint64_t chunk = first; chunk <= last; ++chunk) {
+      if (!store_->Present(chunk)) Schedule(chunk, Fetcher::Priority::Demand);
+    }
+  }
+  const std::string what =
+      "read of " + std::to_string(length) + " bytes at " + std::to_string(offset);
+  for (uint64_t chunk = first; chunk <= last; ++chunk) {
+    const uint64_t chunk_begin = store_->ChunkBegin(chunk);
+    const uint64_t begin = std::max(offset, chunk_begin);
+    const uint64_t end = std::min(offset + length, chunk_begin + store_->ChunkLength(chunk));
+    char* piece = dst + (begin - offset);
+    while ((result = store_->Read(begin, end - begin, piece)) == ENODATA) {
+      Bytes unstored;
+      if (int err = AwaitChunk(chunk, deadline, {}, what, &unstored)) return err;
+      if (unstored) {
+        std::memcpy(piece, unstored->data() + (begin - chunk_begin), end - begin);
+        result = 0;
+        break;
+      }
+    }
     if (result != 0) return result;
   }
+  return 0;
 }
 
 int RemoteFile::Fetch(uint64_t chunk, const std::function<bool()>& cancelled) {
   if (chunk >= store_->chunk_count()) return EINVAL;
   const auto deadline = std::chrono::steady_clock::now() + options_.read_deadline;
   while (!store_->Present(chunk)) {
-    int result = AwaitChunks(chunk, chunk, deadline, cancelled, "chunk " + std::to_string(chunk));
+    int result = AwaitChunk(chunk, deadline, cancelled, "chunk " + std::to_string(chunk));
     if (result != 0) return result;
   }
   return 0;
 }
 
-int RemoteFile::AwaitChunks(uint64_t first, uint64_t last,
-                            std::chrono::steady_clock::time_point deadline,
-                            const std::function<bool()>& cancelled, const std::string& what) {
+int RemoteFile::AwaitChunk(uint64_t chunk, std::chrono::steady_clock::time_point deadline,
+                           const std::function<bool()>& cancelled, const std::string& what,
+                           Bytes* unstored) {
   std::unique_lock lock(mu_);
+  if (store_->Present(chunk)) return 0;
+  ChunkState& state = chunks_[chunk];  // std::map: stays where it is
   // Failures counted before we asked: only newer ones are about our request.
-  std::map<uint64_t, uint64_t> failures_seen;
-  for (uint64_t chunk = first; chunk <= last; ++chunk) {
-    if (store_->Present(chunk)) continue;
-    failures_seen[chunk] = chunks_[chunk].failures;
-    Schedule(chunk, Fetcher::Priority::Demand);
-  }
-  std::string failure;
-  auto settled = [&] {
-    for (auto& [chunk, seen] : failures_seen) {
-      const ChunkState& state = chunks_[chunk];
-      if (state.failures > seen) {
-        failure = state.last_error;
-        return true;
-      }
-      if (!store_->Present(chunk)) return false;
+  const uint64_t failures_seen = state.failures;
+  // A fetch that ends without the chunk being there when we look (evicted at once for the
+  // limit or the disk, dropped read-ahead) sends us back to the caller, which asks again:
+  // waiting on would wait for nothing until the deadline.
+  const uint64_t rounds_seen = state.rounds;
+  if (!unstored || !state.unstored) Schedule(chunk, Fetcher::Priority::Demand);
+  // However we return (mu_ held): bytes kept in memory go once their last waiter has them.
+  ++state.waiters;
+  struct Leave {
+    ChunkState& state;
+    ~Leave() {
+      if (--state.waiters == 0) state.unstored.reset();
     }
-    return true;
+  } leave{state};
+  auto settled = [&] {
+    return (unstored && state.unstored) || state.failures > failures_seen ||
+           state.rounds > rounds_seen || store_->Present(chunk);
   };
   for (;;) {
     auto until = deadline;
     // A caller that can be cancelled is looked at five times a second.
     if (cancelled) until = std::min(until, std::chrono::steady_clock::now() + kCancelPoll);
     bool ready = changed_.wait_until(lock, until, settled);
-    if (!failure.empty()) {
-      spdlog::error("{}: {} failed: {}", name_, what, failure);
+    if (ready && unstored && state.unstored) {
+      *unstored = state.unstored;
+      return 0;
+    }
+    if (ready && state.failures > failures_seen) {
+      spdlog::error("{}: {} failed: {}", name_, what, state.last_error);
       return EIO;
     }
     if (ready) return 0;
@@ -141,6 +174,7 @@ void RemoteFile::FollowStreams(uint64_t offset, size_t length) {
   }
   stream->next = std::max(stream->next, offset + length);
   stream->used = now;
+  if (now < no_room_until_) return;
   uint64_t window = stream->window;
   if (stream->next < blob_.size) {
     uint64_t from = store_->ChunkOf(stream->next);
@@ -175,6 +209,17 @@ void RemoteFile::DropAllChunks() {
   completed_ = false;
 }
 
+void RemoteFile::NoteCacheError(const std::string& error) {
+  stats_.cache_errors++;
+  std::lock_guard lock(cache_error_mu_);
+  last_cache_error_ = error;
+}
+
+std::string RemoteFile::LastCacheError() {
+  std::lock_guard lock(cache_error_mu_);
+  return last_cache_error_;
+}
+
 void RemoteFile::SetNext(std::weak_ptr<RemoteFile> next) {
   std::lock_guard lock(mu_);
   next_ = std::move(next);
@@ -182,6 +227,7 @@ void RemoteFile::SetNext(std::weak_ptr<RemoteFile> next) {
 
 void RemoteFile::ContinueStream(uint64_t window) {
   std::lock_guard lock(mu_);
+  if (std::chrono::steady_clock::now() < no_room_until_) return;
   for (const Stream& stream : streams_) {
     if (stream.next < store_->chunk_size()) return;  // already followed
   }
@@ -215,57 +261,114 @@ void RemoteFile::RunFetch(uint64_t chunk) {
     if (state.phase != Phase::Queued) return;  // done by a twin task
     state.phase = Phase::Fetching;
   }
-  std::string error = store_->Present(chunk) ? "" : FetchChunk(chunk);
+  Outcome outcome;
+  if (!store_->Present(chunk)) outcome = FetchChunk(chunk);
+  if (outcome.unstored) NoteCacheError(outcome.error);
   {
     std::lock_guard lock(mu_);
     ChunkState& state = chunks_[chunk];
     state.phase = Phase::Idle;
     state.demand = false;
-    if (!error.empty()) {
+    ++state.rounds;
+    if (outcome.dropped) {
+      if (state.waiters > 0) Schedule(chunk, Fetcher::Priority::Demand);  // came meanwhile
+    } else if (!outcome.error.empty()) {
       ++state.failures;
-      state.last_error = error;
+      state.last_error = outcome.error;
     }
+    if (outcome.unstored && state.waiters > 0) state.unstored = std::move(outcome.unstored);
   }
   changed_.notify_all();
-  if (error.empty() && store_->Complete() && !completed_.exchange(true) && on_complete_) {
+  if (outcome.error.empty() && store_->Complete() && !completed_.exchange(true) && on_complete_) {
     on_complete_(*this);
   }
 }
 
-std::string RemoteFile::FetchChunk(uint64_t chunk) {
+bool RemoteFile::NoRoomFor(uint64_t chunk) {
+  std::lock_guard lock(mu_);
+  no_room_until_ = std::chrono::steady_clock::now() + kNoRoomPause;
+  return chunks_[chunk].waiters > 0;
+}
+
+void RemoteFile::LogNoRoom(uint64_t chunk, const std::string& error, const char* action) {
+  // Loudly once in a while, then quietly while the disk stays full.
+  const int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
+  int64_t last = no_room_logged_.load();
+  const bool loud = now - last >= std::chrono::nanoseconds(kNoRoomPause).count() &&
+                    no_room_logged_.compare_exchange_strong(last, now);
+  spdlog::log(loud ? spdlog::level::warn : spdlog::level::debug, "{}: chunk {}: {}; {}", name_,
+              chunk, error, action);
+}
+
+RemoteFile::Outcome RemoteFile::FetchChunk(uint64_t chunk) {
   static const std::string kStopping = "the mount is stopping";
+  auto failed = [](std::string error) {
+    Outcome outcome;
+    outcome.error = std::move(error);
+    return outcome;
+  };
   const auto deadline = std::chrono::steady_clock::now() + options_.request_deadline;
   // Another process may be downloading this chunk: wait for it rather than fetch twice.
   std::unique_ptr<ChunkStore::Claim> claim;
   while (!(claim = store_->TryClaim(chunk))) {
-    if (store_->Present(chunk)) return "";
+    if (store_->Present(chunk)) return {};
     if (std::chrono::steady_clock::now() > deadline) {
-      return "chunk " + std::to_string(chunk) + " is still being downloaded by another process";
+      return failed("chunk " + std::to_string(chunk) +
+                    " is still being downloaded by another process");
     }
-    if (!fetcher_.Pause(std::chrono::milliseconds(20))) return kStopping;
+    if (!fetcher_.Pause(std::chrono::milliseconds(20))) return failed(kStopping);
   }
-  if (store_->Present(chunk)) return "";
+  if (store_->Present(chunk)) return {};
   const uint64_t length = store_->ChunkLength(chunk);
   cache_.Reserve(length);
-  std::string error;
+  Outcome outcome;
+  std::string no_room;  // set once the chunk goes to memory: why
+  std::string memory;
+  int rooms_made = 0;
   for (int attempt = 1;; ++attempt) {
-    Attempt result = Download(*claim, chunk);
-    error = result.error;
-    if (error.empty() || result.fatal || fetcher_.Stopping()) break;
+    memory.clear();
+    Attempt result = Download(*claim, chunk, no_room.empty() ? nullptr : &memory);
+    outcome.error = result.error;
+    if (result.no_space) {
+      // The disk is full (whatever --cache-size says). Read-ahead gives way, and pauses; a
+      // chunk a reader waits for evicts older ones and is stored, or failing that (nothing to
+      // evict, or others keep taking the room) is downloaded into memory for its readers. Not
+      // the server's failure: the attempt is not counted.
+      store_->Discard(*claim);
+      if (!NoRoomFor(chunk)) {
+        LogNoRoom(chunk, result.error, "read-ahead paused");
+        outcome.dropped = true;
+        break;
+      }
+      if (rooms_made++ < 2 && cache_.MakeRoom(length) > 0) {
+        LogNoRoom(chunk, result.error, "older chunks evicted");
+      } else {
+        LogNoRoom(chunk, result.error, "downloading it into memory for its readers");
+        no_room = result.error;
+      }
+      --attempt;
+      continue;
+    }
+    if (outcome.error.empty() || result.fatal || fetcher_.Stopping()) break;
     if (attempt >= hub_.config().max_attempts) break;  // no backoff after the last attempt
     const auto delay = RetryDelay(attempt - 1, result.response);
     if (std::chrono::steady_clock::now() + delay > deadline) break;
-    spdlog::warn("{}: chunk {}: {} (attempt {}, next in {} ms)", name_, chunk, error, attempt,
-                 delay.count());
+    spdlog::warn("{}: chunk {}: {} (attempt {}, next in {} ms)", name_, chunk, outcome.error,
+                 attempt, delay.count());
     if (!fetcher_.Pause(delay)) break;
   }
-  if (!error.empty()) store_->Discard(*claim);
-  cache_.Release(length, /*stored=*/error.empty());
-  if (!error.empty() && fetcher_.Stopping()) return kStopping;
-  return error;
+  if (!outcome.error.empty()) store_->Discard(*claim);
+  cache_.Release(length, /*stored=*/outcome.error.empty() && no_room.empty());
+  if (!outcome.error.empty() && !outcome.dropped && fetcher_.Stopping()) return failed(kStopping);
+  if (outcome.error.empty() && !no_room.empty()) {
+    outcome.error = no_room;  // for Fetch(), which needs the chunk stored
+    outcome.unstored = std::make_shared<const std::string>(std::move(memory));
+  }
+  return outcome;
 }
 
-RemoteFile::Attempt RemoteFile::Download(const ChunkStore::Claim& claim, uint64_t chunk) {
+RemoteFile::Attempt RemoteFile::Download(const ChunkStore::Claim& claim, uint64_t chunk,
+                                         std::string* memory) {
   const uint64_t begin = store_->ChunkBegin(chunk);
   const uint64_t length = store_->ChunkLength(chunk);
   DataUrl url;
@@ -274,7 +377,7 @@ RemoteFile::Attempt RemoteFile::Download(const ChunkStore::Claim& claim, uint64_
   } catch (const HubError& e) {
     // Offline mode or a definite answer (gone, gated): retrying cannot help.
     bool fatal = !e.CacheMayAnswer() || e.kind() == HubError::Kind::Offline;
-    return {e.what(), fatal, {}};
+    return {e.what(), fatal, false, {}};
   }
   HttpRequest request;
   request.url = url.url;
@@ -308,9 +411,14 @@ RemoteFile::Attempt RemoteFile::Download(const ChunkStore::Claim& claim, uint64_
     }
     return true;
   };
+  if (memory) memory->reserve(length);
   request.on_body = [&](std::string_view bytes) {
     if (received + bytes.size() > length) return false;
-    write_error = store_->Write(claim, begin + received, bytes);
+    if (memory) {
+      memory->append(bytes);
+    } else {
+      write_error = store_->Write(claim, begin + received, bytes);
+    }
     received += bytes.size();
     return write_error == 0;
   };
@@ -318,12 +426,16 @@ RemoteFile::Attempt RemoteFile::Download(const ChunkStore::Claim& claim, uint64_
   Attempt result;
   result.response = ThreadHttpSession().Perform(request);
   const HttpResponse& response = result.response;
+  const std::string data_path = store_->dir() + "/data";
   if (write_error) {
-    return {std::string("cannot write the chunk cache: ") + std::strerror(write_error), true, {}};
+    return {"cannot write the chunk cache " + data_path + ": " + std::strerror(write_error), true,
+            IsNoSpace(write_error), {}};
   }
   if (response.complete() && response.status == 206 && received == length) {
+    if (memory) return result;
     if (int err = store_->Commit(claim)) {
-      return {std::string("cannot commit to the chunk cache: ") + std::strerror(err), true, {}};
+      return {"cannot commit to the chunk cache " + data_path + ": " + std::strerror(err), true,
+              IsNoSpace(err), {}};
     }
     stats_.bytes_fetched += length;
     stats_.chunks_fetched++;

@@ -41,6 +41,8 @@ struct RemoteStats {
   std::atomic<uint64_t> requests{0};
   std::atomic<uint64_t> failed_requests{0};
   std::atomic<uint64_t> chunks_fetched{0};
+  // Chunks that could not be stored (the cache disk full) and publications that failed.
+  std::atomic<uint64_t> cache_errors{0};
 };
 
 // A shard on the Hub read lazily: a read waits for the chunks it touches (fetched once, however
@@ -48,6 +50,8 @@ struct RemoteStats {
 // sequential streams get a read-ahead window that doubles up to a limit. Every response is
 // validated (206, Content-Range, size, ETag == sha256) before a byte is stored; a failed attempt
 // stores nothing. When the last chunk arrives, `on_complete` runs (verification, publication).
+// A chunk the cache has no room for (ENOSPC even after evicting) is downloaded into memory and
+// handed to the readers waiting for it, then forgotten: a full disk slows reads, never fails them.
 class RemoteFile final : public ByteSource, public std::enable_shared_from_this<RemoteFile> {
  public:
   RemoteFile(RemoteBlob blob, std::shared_ptr<ChunkStore> store, ChunkCache& cache, HubClient& hub,
@@ -79,14 +83,21 @@ class RemoteFile final : public ByteSource, public std::enable_shared_from_this<
   // Forgets every chunk (a failed verification): they are fetched again, and the file is
   // verified again once complete.
   void DropAllChunks();
+  // A failure to store into the chunk cache or publish into the HF cache, for status pages.
+  void NoteCacheError(const std::string& error);
+  std::string LastCacheError();
 
  private:
   enum class Phase { Idle, Queued, Fetching };
+  using Bytes = std::shared_ptr<const std::string>;
   struct ChunkState {
     Phase phase = Phase::Idle;
     bool demand = false;     // a reader waits for it
     uint64_t failures = 0;   // attempts that ended in an error, ever
     std::string last_error;
+    uint64_t rounds = 0;     // fetches of it that ended, however
+    unsigned waiters = 0;    // AwaitChunk calls waiting for it now
+    Bytes unstored;          // downloaded but not stored: kept while someone waits
   };
   struct Stream {
     uint64_t next = 0;       // where the next sequential read would start
@@ -95,23 +106,35 @@ class RemoteFile final : public ByteSource, public std::enable_shared_from_this<
   };
 
   void FollowStreams(uint64_t offset, size_t length);  // requires mu_
-  // Schedules the absent chunks of [first, last] as demand and waits for them: 0, EIO (a
-  // failure or the deadline; logged with `what`), or ECANCELED.
-  int AwaitChunks(uint64_t first, uint64_t last, std::chrono::steady_clock::time_point deadline,
-                  const std::function<bool()>& cancelled, const std::string& what);
+  // Schedules an absent chunk as demand and waits for it: 0, EIO (a failure or the deadline;
+  // logged with `what`), or ECANCELED. With `unstored`, a chunk downloaded but not stored
+  // counts as arrived, its bytes put there.
+  int AwaitChunk(uint64_t chunk, std::chrono::steady_clock::time_point deadline,
+                 const std::function<bool()>& cancelled, const std::string& what,
+                 Bytes* unstored = nullptr);
   // Starts a stream at our beginning with `window` chunks of read-ahead.
   void ContinueStream(uint64_t window);
   void Schedule(uint64_t chunk, Fetcher::Priority priority);  // requires mu_
   void RunFetch(uint64_t chunk);
-  // Fills one chunk; returns "" or the reason it failed.
-  std::string FetchChunk(uint64_t chunk);
+  // What filling one chunk came to.
+  struct Outcome {
+    std::string error;     // empty: stored
+    Bytes unstored;        // no room on the disk: the bytes (`error` says why they are not stored)
+    bool dropped = false;  // read-ahead the disk has no room for: not fetched, no failure
+  };
+  Outcome FetchChunk(uint64_t chunk);
+  // The disk is full: pauses read-ahead; whether a reader waits for `chunk`.
+  bool NoRoomFor(uint64_t chunk);
+  void LogNoRoom(uint64_t chunk, const std::string& error, const char* action);
   // The outcome of one HTTP attempt at a chunk.
   struct Attempt {
-    std::string error;  // empty: the chunk is stored
+    std::string error;  // empty: the chunk is stored (or in `memory`)
     bool fatal = false;  // retrying cannot help (404, 416, disk errors...)
+    bool no_space = false;  // the cache's disk is full (ENOSPC, EDQUOT)
     HttpResponse response;  // for the retry delay (Retry-After)
   };
-  Attempt Download(const ChunkStore::Claim& claim, uint64_t chunk);
+  // Into the store, or into `memory` when given.
+  Attempt Download(const ChunkStore::Claim& claim, uint64_t chunk, std::string* memory);
   DataUrl CurrentUrl();
   void ForgetUrl(const std::string& url);
 
@@ -134,6 +157,13 @@ class RemoteFile final : public ByteSource, public std::enable_shared_from_this<
   std::mutex url_mu_;
   std::optional<DataUrl> url_;
   std::atomic<bool> completed_{false};
+
+  std::mutex cache_error_mu_;
+  std::string last_cache_error_;
+  // No read-ahead until then: the disk is full, and read-ahead would evict the chunks readers
+  // are about to read. Requires mu_.
+  std::chrono::steady_clock::time_point no_room_until_{};
+  std::atomic<int64_t> no_room_logged_{0};  // steady_clock ticks of the last warning
 };
 
 }  // namespace aprfs

@@ -71,6 +71,9 @@ void WriteAtomically(const std::string& path, std::string_view content) {
   {
     std::ofstream out(temp, std::ios::binary | std::ios::trunc);
     out.write(content.data(), static_cast<std::streamsize>(content.size()));
+    // The bytes reach the file at close: on a full disk that is where the write fails, and
+    // renaming the empty file into place would stand for these metadata on every later mount.
+    out.close();
     if (!out) {
       fs::remove(temp, ec);
       spdlog::warn("cannot write the metadata cache file {}", path);
@@ -277,6 +280,7 @@ VerifyResult VerifyAndPublish(RemoteContext& context, RemoteFile& file,
   PublishResult result = PublishToHfCache(request);
   if (!result.ok) {
     spdlog::warn("{}: not published to the HF cache: {}", file.name(), result.error);
+    file.NoteCacheError("not published to the HF cache: " + result.error);
     store.MarkPublished(false);
     return {VerifyResult::Verdict::Good, "verified, not published: " + result.error};
   }

@@ -34,7 +34,8 @@ json ShardJson(const ShardStatus& shard) {
           {"sha256", OrNull(shard.sha256)},
           {"local_path", OrNull(shard.local_path)},
           {"cached_bytes", shard.cached_bytes},
-          {"published", OrNull(shard.published)}};
+          {"published", OrNull(shard.published)},
+          {"cache_error", OrNull(shard.cache_error)}};
 }
 
 json ModelJson(const ModelStatus& model) {
@@ -59,6 +60,7 @@ json ModelJson(const ModelStatus& model) {
               {"requests", model.requests},
               {"failed_requests", model.failed_requests},
               {"chunks_fetched", model.chunks_fetched},
+              {"cache_errors", model.cache_errors},
               {"in_flight", model.in_flight},
               {"queued", {{"demand", model.queued_demand}, {"prefetch", model.queued_prefetch}}}};
   if (model.requested_revision) out["requested_revision"] = *model.requested_revision;
@@ -214,6 +216,9 @@ std::string RenderMetrics(const MountStatus& status) {
   w.PerModel(status, "aprfs_http_failed_requests_total", "counter",
              "HTTP range requests for chunks that failed.",
              [](const ModelStatus& m) { return std::optional<uint64_t>(m.failed_requests); });
+  w.PerModel(status, "aprfs_cache_errors_total", "counter",
+             "Chunks the cache disk had no room for, and shards not published to the HF cache.",
+             [](const ModelStatus& m) { return std::optional<uint64_t>(m.cache_errors); });
   w.PerModel(status, "aprfs_fetches_in_flight", "gauge", "Chunks being downloaded now.",
              [](const ModelStatus& m) { return std::optional<uint64_t>(m.in_flight); });
   std::vector<Sample> queued;

@@ -59,12 +59,14 @@ void CollectShard(const std::string& file, ByteSource& source, ModelStatus& mode
     if (!blob.sha256.empty()) shard.sha256 = blob.sha256;
     shard.cached_bytes = remote->store().PresentBytes();
     shard.published = remote->store().Published();
+    if (std::string error = remote->LastCacheError(); !error.empty()) shard.cache_error = error;
     if (!model.revision) model.revision = blob.commit;
     const RemoteStats& stats = remote->stats();
     model.bytes_fetched += stats.bytes_fetched.load();
     model.requests += stats.requests.load();
     model.failed_requests += stats.failed_requests.load();
     model.chunks_fetched += stats.chunks_fetched.load();
+    model.cache_errors += stats.cache_errors.load();
     RemoteFile::Activity activity = remote->CurrentActivity();
     model.in_flight += activity.in_flight;
     model.queued_demand += activity.queued_demand;

@@ -20,6 +20,7 @@ struct ShardStatus {
   std::optional<std::string> local_path;  // when read from a local file
   uint64_t cached_bytes = 0;              // chunks present (remote), = size (local)
   std::optional<bool> published;          // remote shards: moved into the HF cache
+  std::optional<std::string> cache_error;  // remote shards: the last failure to store/publish
 };
 
 struct ModelStatus {
@@ -44,6 +45,7 @@ struct ModelStatus {
   uint64_t requests = 0;       // HTTP range requests for chunks
   uint64_t failed_requests = 0;
   uint64_t chunks_fetched = 0;
+  uint64_t cache_errors = 0;     // chunks not stored (disk full), publications that failed
   uint64_t in_flight = 0;        // chunks being downloaded now
   uint64_t queued_demand = 0;    // chunks a reader waits for, not started yet
   uint64_t queued_prefetch = 0;  // read-ahead chunks not started yet

@@ -311,6 +311,27 @@ TEST_F(HfCacheWriterTest, PublishMoveOfAnAlreadyPresentBlobConsumesTheSource) {
   EXPECT_TRUE(Exists(first.source_path));
 }
 
+// The link cannot be made after the source was renamed into blobs/ (here the snapshot folder's
+// name is taken by a file; on a full disk, the symlink's block): the source goes back where it
+// was, with its inode (the caller still reads it), and no blob is left that nothing links to.
+TEST_F(HfCacheWriterTest, PublishMoveWhoseLinkFailsPutsTheSourceBack) {
+  std::string bytes = PseudoRandomBytes(100000, 8);
+  std::string source = Source("moved.safetensors", bytes);
+  ino_t source_inode = Lstat(source).st_ino;
+  PublishRequest request = Request("model.safetensors", bytes, source);
+  request.move_source = true;
+  WriteFile(repo() + "/snapshots/" + request.commit, "not a folder");
+  PublishResult result = PublishToHfCache(request);
+  EXPECT_FALSE(result.ok);
+  EXPECT_NE(result.error.find(repo() + "/snapshots/" + request.commit), std::string::npos)
+      << result.error;
+  ASSERT_TRUE(Exists(source)) << "the moved source was not put back";
+  EXPECT_EQ(Lstat(source).st_ino, source_inode);
+  EXPECT_EQ(ReadBytes(source), bytes);
+  EXPECT_FALSE(Exists(repo() + "/blobs/" + request.etag));
+  EXPECT_TRUE(TempLeftovers(cache()).empty());
+}
+
 TEST_F(HfCacheWriterTest, PublishMoveAcrossFilesystemsCopiesThenRemoves) {
   struct stat shm;
   if (::stat("/dev/shm", &shm) != 0 || ::access("/dev/shm", W_OK) != 0 ||
