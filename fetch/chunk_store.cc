@@ -14,6 +14,8 @@
 #include <stdexcept>
 #include <vector>
 
+#include "fetch/page_cache.h"
+
 namespace aprfs {
 namespace {
 
@@ -219,6 +221,7 @@ int ChunkStore::Read(uint64_t offset, size_t length, char* dst) {
     if (Word(chunk).load(std::memory_order_acquire) != words[chunk - first]) return ENODATA;
     Touch(chunk);
   }
+  DropServedRange(data_fd_, offset, length, size_);
   return 0;
 }
 
