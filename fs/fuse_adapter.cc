@@ -15,6 +15,7 @@
 #include <memory>
 #include <mutex>
 #include <sstream>
+#include <unordered_set>
 
 namespace aprfs {
 namespace {
@@ -26,11 +27,18 @@ constexpr double kEntryTimeout = 1;
 constexpr double kDirAttrTimeout = 1;
 constexpr int kReadaheadKb = 1024;
 
+struct OpenFile;
+
 struct Session {
   Namespace& ns;
   std::string mountpoint;
   unsigned max_read;  // from -o max_read=N; libfuse wants init() to repeat it
   std::once_flag readahead_tuned;
+  // Handles not released yet. The kernel never releases those still open when the daemon stops
+  // (SIGTERM while a reader holds the file) nor, after a lazy unmount, those whose release the
+  // end of the connection cuts off; they are freed when the loop ends.
+  std::mutex open_mu;
+  std::unordered_set<OpenFile*> open_files;
 };
 
 void TuneReadahead(const std::string& mountpoint);
@@ -166,7 +174,18 @@ void OnOpen(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
     fi->keep_cache = 1;  // the content behind an inode never changes
   }
   fi->fh = reinterpret_cast<uint64_t>(handle.get());
-  if (fuse_reply_open(req, fi) == 0) handle.release();
+  Session& session = Context(req);
+  {
+    // Before the reply: its release may come right after it, on another thread.
+    std::lock_guard lock(session.open_mu);
+    session.open_files.insert(handle.get());
+  }
+  if (fuse_reply_open(req, fi) == 0) {
+    handle.release();
+  } else {
+    std::lock_guard lock(session.open_mu);
+    session.open_files.erase(handle.get());
+  }
 }
 
 // A control file: bytes of the snapshot taken at open.
@@ -208,6 +227,11 @@ void OnRead(fuse_req_t req, fuse_ino_t /*ino*/, size_t size, off_t offset,
 }
 
 void OnRelease(fuse_req_t req, fuse_ino_t /*ino*/, struct fuse_file_info* fi) {
+  {
+    Session& session = Context(req);
+    std::lock_guard lock(session.open_mu);
+    session.open_files.erase(&Handle(fi));
+  }
   delete &Handle(fi);
   fuse_reply_err(req, 0);
 }
@@ -380,6 +404,8 @@ int ServeFuse(Namespace& ns, const FuseMountOptions& options,
   fuse_loop_cfg_set_clone_fd(config, 1);
   int result = fuse_session_loop_mt(session, config);
   fuse_loop_cfg_destroy(config);
+  for (OpenFile* handle : context.open_files) delete handle;  // the workers are joined
+  context.open_files.clear();
   fuse_session_unmount(session);
   fuse_remove_signal_handlers(session);
   fuse_session_destroy(session);
