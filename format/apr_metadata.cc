@@ -58,7 +58,18 @@ class ObjectWriter {
 }  // namespace
 
 std::string SerializeAprMetadata(const AprMetadata& m) {
+  // Reserved from above: the custom values can be megabytes, and growing by doubling would
+  // hold up to twice that. Escaping spells a byte in at most 6.
+  size_t bound = 2048;
+  for (const auto& [key, text] : m.custom) bound += 6 * key.size() + 4 + text.size();
+  for (const auto* field : {&m.name, &m.description, &m.author, &m.license, &m.version, &m.source,
+                            &m.original_format, &m.created_at, &m.architecture,
+                            &m.hf_architecture, &m.hf_model_type}) {
+    if (*field) bound += 6 * (*field)->size();
+  }
+  bound += 6 * m.model_type.size();
   std::string out;
+  out.reserve(bound);
   {
     ObjectWriter w(out);
     // Field order of AprV2Metadata (newest writer); unset optional fields are omitted except

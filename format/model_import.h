@@ -22,9 +22,14 @@ struct ImportedModel {
 // aprender's importer does, plus the embedded tokenizer. Throws FormatError naming the model,
 // the file, the tensor and the rule.
 ImportedModel ImportShardSet(const ShardSet& set);
+// The same, taking the tensor names and shapes out of `set` instead of copying them, and
+// dropping the index and each shard's tensor list once used: for a model of 100k tensors, the
+// difference between holding them twice or once. `set` keeps its shard files, config,
+// tokenizer and metadata; its tensors are gone (also when this throws).
+ImportedModel ImportShardSet(ShardSet&& set);
 
-// The metadata alone (exposed for tests and `aprfs inspect`).
+// The metadata alone (exposed for tests and `aprfs inspect`). `tensors` gives tensor_shapes.
 AprMetadata ImportMetadata(const ShardSet& set, uint64_t param_count, bool tied_lm_head,
-                           const std::map<std::string, std::vector<uint64_t>>& shapes);
+                           const std::vector<AprTensorSpec>& tensors);
 
 }  // namespace aprfs

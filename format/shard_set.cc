@@ -7,6 +7,7 @@
 #include <unordered_set>
 
 #include "format/error.h"
+#include "format/weight_index_sax.h"
 
 namespace aprfs {
 namespace {
@@ -35,9 +36,8 @@ void CheckShardPath(const std::string& path, const std::string& tensor, std::str
   }
 }
 
-}  // namespace
-
-WeightIndex ParseWeightIndex(std::string_view text, std::string_view file) {
+// The weight_map through the DOM, to name what makes the text unfit for the fast path.
+std::map<std::string, std::string> WeightMapFromDom(std::string_view text, std::string_view file) {
   json root;
   try {
     root = json::parse(text);
@@ -49,8 +49,7 @@ WeightIndex ParseWeightIndex(std::string_view text, std::string_view file) {
   if (map == root.end() || !map->is_object()) {
     throw FormatError(std::string(file) + ": has no \"weight_map\" object");
   }
-  WeightIndex index;
-  std::set<std::string> shard_files;
+  std::map<std::string, std::string> weight_map;
   for (const auto& [tensor, shard] : map->items()) {
     if (!shard.is_string()) {
       throw FormatError(std::string(file) + ": weight_map value of tensor " + Quote(tensor) +
@@ -58,8 +57,24 @@ WeightIndex ParseWeightIndex(std::string_view text, std::string_view file) {
     }
     const std::string& path = shard.get_ref<const std::string&>();
     CheckShardPath(path, tensor, file);
-    index.weight_map[tensor] = path;
-    shard_files.insert(path);
+    weight_map[tensor] = path;
+  }
+  return weight_map;
+}
+
+}  // namespace
+
+WeightIndex ParseWeightIndex(std::string_view text, std::string_view file) {
+  WeightIndex index;
+  if (auto weight_map = ReadWellFormedWeightMap(text)) {
+    index.weight_map = std::move(*weight_map);
+  } else {
+    index.weight_map = WeightMapFromDom(text, file);
+  }
+  std::set<std::string> shard_files;
+  for (const auto& [tensor, path] : index.weight_map) {
+    CheckShardPath(path, tensor, file);  // in name order, as the DOM path checks them
+    if (shard_files.empty() || *shard_files.rbegin() != path) shard_files.insert(path);
   }
   if (index.weight_map.empty()) throw FormatError(std::string(file) + ": weight_map is empty");
   index.shard_files.assign(shard_files.begin(), shard_files.end());

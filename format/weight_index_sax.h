@@ -1,0 +1,17 @@
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace aprfs {
+
+// The weight_map of a model.safetensors.index.json that is well formed in every respect the
+// JSON parse checks (an object whose "weight_map", present once, is an object of strings with
+// no key twice), read in one SAX pass without a DOM (for a 100k-tensor model the DOM costs
+// several times the file). nullopt on anything else: the DOM path then names the problem as it
+// always has. The shard paths are not checked here.
+std::optional<std::map<std::string, std::string>> ReadWellFormedWeightMap(std::string_view text);
+
+}  // namespace aprfs
