@@ -237,11 +237,12 @@ ImportedModel Import(Set& set) {
   std::string metadata_json;
   {
     AprMetadata metadata = ImportMetadata(set, result.param_count, result.tied_lm_head, tensors);
-    metadata_json = SerializeAprMetadata(metadata);
+    // Room for the header and the index behind the metadata: the plan is built in this buffer
+    // (pages reserved but not written cost nothing).
+    metadata_json.reserve(kAprHeaderSize + AlignUp64(AprMetadataSizeBound(metadata)) +
+                          AlignUp64(AprIndexSize(tensors)));
+    AppendAprMetadata(metadata_json, metadata);
   }  // the metadata's parts (megabytes of tensor_shapes for a large model) are freed here
-  // Room for the header and the index behind the metadata: the plan is built in this buffer.
-  metadata_json.reserve(kAprHeaderSize + AlignUp64(metadata_json.size()) +
-                        AlignUp64(AprIndexSize(tensors)));
   try {
     result.plan = BuildAprPlan(std::move(metadata_json), tensors);
   } catch (const FormatError& e) {

@@ -200,6 +200,7 @@ std::optional<SafetensorsEntries> ReadWellFormedSafetensorsEntries(std::string_v
   for (size_t i = 1; i < names.size(); ++i) {
     if (*names[i - 1] == *names[i]) return std::nullopt;
   }
+  reader.entries.tensors.shrink_to_fit();  // kept per shard until the plan is built
   return std::move(reader.entries);
 }
 

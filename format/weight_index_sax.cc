@@ -1,5 +1,7 @@
 #include "format/weight_index_sax.h"
 
+#include <algorithm>
+#include <map>
 #include <nlohmann/json.hpp>
 
 namespace aprfs {
@@ -10,7 +12,7 @@ using nlohmann::json;
 // {"weight_map": {"tensor": "shard", ...}, other: any, ...}. Returning false stops the parse.
 class WeightMapReader : public nlohmann::json_sax<json> {
  public:
-  std::map<std::string, std::string> weight_map;
+  WeightMapEntries entries;
 
   bool null() override { return Scalar(); }
   bool boolean(bool) override { return Scalar(); }
@@ -21,10 +23,11 @@ class WeightMapReader : public nlohmann::json_sax<json> {
   bool string(string_t& value) override {
     if (where_ == Where::MapValue) {
       where_ = Where::Map;
-      // Keys usually come sorted: the hint makes the insert O(1). A key twice: the DOM decides.
-      size_t before = weight_map.size();
-      weight_map.emplace_hint(weight_map.end(), std::move(tensor_), std::move(value));
-      return weight_map.size() > before;
+      // A model has a few shards and 100k tensors: each path is stored once.
+      auto [it, added] = shard_ids_.emplace(std::move(value), entries.shards.size());
+      if (added) entries.shards.push_back(it->first);
+      entries.tensors.emplace_back(tensor_, it->second);
+      return true;
     }
     return Scalar();
   }
@@ -105,14 +108,24 @@ class WeightMapReader : public nlohmann::json_sax<json> {
   int skip_depth_ = 0;
   bool seen_map_ = false;
   std::string tensor_;
+  std::map<std::string, uint32_t> shard_ids_;
 };
 
 }  // namespace
 
-std::optional<std::map<std::string, std::string>> ReadWellFormedWeightMap(std::string_view text) {
+std::optional<WeightMapEntries> ReadWellFormedWeightMap(std::string_view text) {
   WeightMapReader reader;
   if (!json::sax_parse(text.begin(), text.end(), &reader) || !reader.done()) return std::nullopt;
-  return std::move(reader.weight_map);
+  auto& tensors = reader.entries.tensors;
+  auto by_name = [](const auto& a, const auto& b) { return a.first < b.first; };
+  if (!std::is_sorted(tensors.begin(), tensors.end(), by_name)) {
+    std::sort(tensors.begin(), tensors.end(), by_name);
+  }
+  for (size_t i = 1; i < tensors.size(); ++i) {
+    if (tensors[i - 1].first == tensors[i].first) return std::nullopt;  // a key twice: the DOM's
+  }
+  tensors.shrink_to_fit();
+  return std::move(reader.entries);
 }
 
 }  // namespace aprfs
