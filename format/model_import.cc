@@ -237,6 +237,7 @@ ImportedModel Import(Set& set) {
   std::string metadata_json;
   {
     AprMetadata metadata = ImportMetadata(set, result.param_count, result.tied_lm_head, tensors);
+    if constexpr (consume) set.tokenizer = {};  // spelled into the metadata now
     // Room for the header and the index behind the metadata: the plan is built in this buffer
     // (pages reserved but not written cost nothing).
     metadata_json.reserve(kAprHeaderSize + AlignUp64(AprMetadataSizeBound(metadata)) +

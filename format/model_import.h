@@ -24,8 +24,8 @@ struct ImportedModel {
 ImportedModel ImportShardSet(const ShardSet& set);
 // The same, taking the tensor names and shapes out of `set` instead of copying them, and
 // dropping the index and each shard's tensor list once used: for a model of 100k tensors, the
-// difference between holding them twice or once. `set` keeps its shard files, config,
-// tokenizer and metadata; its tensors are gone (also when this throws).
+// difference between holding them twice or once. `set` keeps its shard files, config and
+// metadata; its tensors, index and tokenizer are gone (also when this throws).
 ImportedModel ImportShardSet(ShardSet&& set);
 
 // The metadata alone (exposed for tests and `aprfs inspect`). `tensors` gives tensor_shapes.
