@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <functional>
 #include <map>
 #include <type_traits>
 
@@ -165,7 +166,7 @@ namespace {
 // ImportShardSet, copying the names and shapes out of a const `set`, or moving them out of a
 // mutable one: then each shard's tensor list and the index are dropped once used.
 template <typename Set>
-ImportedModel Import(Set& set) {
+ImportedModel Import(Set& set, const std::function<void()>& released) {
   constexpr bool consume = !std::is_const_v<Set>;
   auto where = [&](const Shard& shard, const std::string& tensor) {
     return "model " + Quote(set.name) + ", shard " + Quote(shard.file) + ", tensor " + Quote(tensor) +
@@ -238,6 +239,7 @@ ImportedModel Import(Set& set) {
   {
     AprMetadata metadata = ImportMetadata(set, result.param_count, result.tied_lm_head, tensors);
     if constexpr (consume) set.tokenizer = {};  // spelled into the metadata now
+    if (released) released();
     // Room for the header and the index behind the metadata: the plan is built in this buffer
     // (pages reserved but not written cost nothing).
     metadata_json.reserve(kAprHeaderSize + AlignUp64(AprMetadataSizeBound(metadata)) +
@@ -254,8 +256,10 @@ ImportedModel Import(Set& set) {
 
 }  // namespace
 
-ImportedModel ImportShardSet(const ShardSet& set) { return Import(set); }
+ImportedModel ImportShardSet(const ShardSet& set) { return Import(set, nullptr); }
 
-ImportedModel ImportShardSet(ShardSet&& set) { return Import(set); }
+ImportedModel ImportShardSet(ShardSet&& set, const std::function<void()>& released) {
+  return Import(set, released);
+}
 
 }  // namespace aprfs
