@@ -22,6 +22,7 @@
 #      MODEL_GB=6 MODEL_SHARDS=5  RUNS=3 (repeats of the seq section; medians reported)
 #      FIO_RUNTIME=20 FIO_JOBS=4  DS_LAYERS=62 DS_SHARDS=163 DS_RUNS=3
 #      SECTIONS="seq pagecache fio loader convert deepseek"  RESULTS=$WORK/results-<date>.txt
+#      DROP_CACHES=1 (0: never drop the page cache, for a shared machine; "cold" is then warm)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 APRFS=$(realpath -m "${APRFS:-$ROOT/build/fs/aprfs}")
@@ -36,6 +37,7 @@ DS_LAYERS=${DS_LAYERS:-62}
 DS_SHARDS=${DS_SHARDS:-163}
 DS_RUNS=${DS_RUNS:-3}
 SECTIONS=${SECTIONS:-seq pagecache fio loader convert deepseek}
+DROP_CACHES=${DROP_CACHES:-1}
 STAMP=$(date +%Y%m%d-%H%M%S)
 RESULTS=${RESULTS:-$WORK/results-$STAMP.txt}
 TABLE=${RESULTS%.txt}.md
@@ -60,7 +62,8 @@ median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? 
 # The value of key=... in a line of key=value words.
 kv() { local word; for word in $2; do [[ $word == "$1="* ]] && { echo "${word#*=}"; return; }; done; die "no $1 in: $2"; }
 record() { echo "$1=$2" >> "$RESULTS"; }
-drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches; }
+# DROP_CACHES=0 on a machine shared with others: "cold" then means whatever the cache holds.
+drop_caches() { [ "$DROP_CACHES" = 0 ] && return 0; sync; echo 3 > /proc/sys/vm/drop_caches; }
 cached_kb() { awk '/^Cached:/ {print $2}' /proc/meminfo; }
 mbs() { calc "$1 / $2 / 1000000"; }  # bytes, seconds -> MB/s
 resident_bytes() { fincore -b -n -o RES "$@" | awk '{s += $1} END {printf "%.0f\n", s}'; }

@@ -112,11 +112,6 @@ LoadedModel LoadLocalModel(const std::string& dir, const std::string& name,
     files->insert(files->end(), {std::string(kWeightIndexFile), "config.json", "tokenizer.json"});
   }
 
-  for (const std::string& file : shard_files) {
-    std::shared_ptr<LocalFile> opened;
-    model.set.shards.push_back(ReadLocalShard(dir, file, opened));
-    model.sources.push_back(std::move(opened));
-  }
   fs::path config_path = folder / "config.json";
   if (IsFile(config_path)) {
     model.set.config =
@@ -128,6 +123,15 @@ LoadedModel LoadLocalModel(const std::string& dir, const std::string& name,
         ParseTokenizerJson(ReadSmallFile(tokenizer_path.string(), kMaxJsonFile),
                            model.set.config.value_or(DefaultModelConfig()),
                            tokenizer_path.string());
+  }
+  // The shards last: the tokenizer's parse (megabytes for a large vocabulary) then does not
+  // add to 100k parsed tensor entries.
+  model.set.shards.reserve(shard_files.size());
+  model.sources.reserve(shard_files.size());
+  for (const std::string& file : shard_files) {
+    std::shared_ptr<LocalFile> opened;
+    model.set.shards.push_back(ReadLocalShard(dir, file, opened));
+    model.sources.push_back(std::move(opened));
   }
   return model;
 }

@@ -54,13 +54,18 @@ AprHeaderFields DecodeAprHeader(std::string_view bytes64) {
 }
 
 void AppendAprIndexEntry(std::string& out, const AprIndexEntry& entry) {
-  AppendLe(out, entry.name.size(), 2);
-  out += entry.name;
-  AppendLe(out, entry.dtype, 1);
-  AppendLe(out, entry.shape.size(), 1);
-  for (uint64_t dim : entry.shape) AppendLe(out, dim, 8);
-  AppendLe(out, entry.offset, 8);
-  AppendLe(out, entry.size, 8);
+  AppendAprIndexEntry(out, entry.name, entry.dtype, entry.shape, entry.offset, entry.size);
+}
+
+void AppendAprIndexEntry(std::string& out, std::string_view name, uint8_t dtype,
+                         const std::vector<uint64_t>& shape, uint64_t offset, uint64_t size) {
+  AppendLe(out, name.size(), 2);
+  out += name;
+  AppendLe(out, dtype, 1);
+  AppendLe(out, shape.size(), 1);
+  for (uint64_t dim : shape) AppendLe(out, dim, 8);
+  AppendLe(out, offset, 8);
+  AppendLe(out, size, 8);
 }
 
 }  // namespace aprfs

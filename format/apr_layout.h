@@ -50,6 +50,12 @@ struct AprIndexEntry {
 
 // Appends one packed index entry (§5.1): u16 name_len, name, dtype, ndim, dims, offset, size.
 void AppendAprIndexEntry(std::string& out, const AprIndexEntry& entry);
+void AppendAprIndexEntry(std::string& out, std::string_view name, uint8_t dtype,
+                         const std::vector<uint64_t>& shape, uint64_t offset, uint64_t size);
+// Its size in bytes.
+constexpr uint64_t AprIndexEntrySize(size_t name_len, size_t ndim) {
+  return 2 + name_len + 1 + 1 + 8 * ndim + 8 + 8;
+}
 
 // Little-endian helpers shared by the encoders and the reader.
 void AppendLe(std::string& out, uint64_t value, int bytes);

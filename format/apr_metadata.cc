@@ -57,8 +57,27 @@ class ObjectWriter {
 
 }  // namespace
 
+size_t AprMetadataSizeBound(const AprMetadata& m) {
+  // Escaping spells a byte in at most 6; the numbers and key names fit in the constant.
+  size_t bound = 2048 + 6 * m.model_type.size();
+  for (const auto& [key, text] : m.custom) bound += 6 * key.size() + 4 + text.size();
+  for (const auto* field : {&m.name, &m.description, &m.author, &m.license, &m.version, &m.source,
+                            &m.original_format, &m.created_at, &m.architecture,
+                            &m.hf_architecture, &m.hf_model_type}) {
+    if (*field) bound += 6 * (*field)->size();
+  }
+  return bound;
+}
+
 std::string SerializeAprMetadata(const AprMetadata& m) {
   std::string out;
+  // The custom values can be megabytes: growing by doubling would hold up to twice that.
+  out.reserve(AprMetadataSizeBound(m));
+  AppendAprMetadata(out, m);
+  return out;
+}
+
+void AppendAprMetadata(std::string& out, const AprMetadata& m) {
   {
     ObjectWriter w(out);
     // Field order of AprV2Metadata (newest writer); unset optional fields are omitted except
@@ -95,7 +114,6 @@ std::string SerializeAprMetadata(const AprMetadata& m) {
     w.OptUnsigned("moe_intermediate_size", m.moe_intermediate_size);
     for (const auto& [key, text] : m.custom) w.Raw(key, text);
   }
-  return out;
 }
 
 }  // namespace aprfs

@@ -48,5 +48,9 @@ struct AprMetadata {
 
 // Compact JSON in serde_json's spelling, keys in AprV2Metadata's field order (§4.2, §4.5).
 std::string SerializeAprMetadata(const AprMetadata& metadata);
+// The same, appended to `out`.
+void AppendAprMetadata(std::string& out, const AprMetadata& metadata);
+// At least the size SerializeAprMetadata will produce, to reserve the buffer once.
+size_t AprMetadataSizeBound(const AprMetadata& metadata);
 
 }  // namespace aprfs

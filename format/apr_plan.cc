@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <limits>
-#include <unordered_map>
 
 #include "format/error.h"
 
@@ -21,80 +20,112 @@ void CheckTensor(const AprTensorSpec& tensor) {
   }
 }
 
-// Index entries with their data offsets, sorted by name (unsigned byte order, stable).
-std::vector<AprIndexEntry> AssignOffsets(const std::vector<AprTensorSpec>& tensors,
-                                         std::vector<uint64_t>& relative_offsets) {
-  std::unordered_map<std::string_view, size_t> by_name;
-  relative_offsets.assign(tensors.size(), 0);
+// The tensors' positions in index order: sorted by name (unsigned byte order, stable).
+std::vector<uint32_t> IndexOrder(const std::vector<AprTensorSpec>& tensors) {
+  std::vector<uint32_t> order(tensors.size());
+  for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](uint32_t a, uint32_t b) { return tensors[a].name < tensors[b].name; });
+  return order;
+}
+
+// Checks the tensors in data order and reports the first problem there: a name or shape the
+// format cannot hold, or a name seen before. `order` finds the repeats without a hash map.
+void CheckTensors(const std::vector<AprTensorSpec>& tensors, const std::vector<uint32_t>& order) {
+  size_t first_repeat = tensors.size();  // data position of the earliest second occurrence
+  for (size_t k = 1; k < order.size(); ++k) {
+    if (tensors[order[k]].name == tensors[order[k - 1]].name &&
+        (k < 2 || tensors[order[k - 2]].name != tensors[order[k]].name)) {
+      first_repeat = std::min<size_t>(first_repeat, order[k]);  // stable: order[k] is the 2nd
+    }
+  }
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    CheckTensor(tensors[i]);
+    if (i == first_repeat) {
+      throw FormatError("tensor " + Quote(tensors[i].name) +
+                        " appears twice; APR names must be unique");
+    }
+  }
+}
+
+// Offsets relative to the data section, in data order; an alias takes its target's.
+std::vector<uint64_t> AssignOffsets(const std::vector<AprTensorSpec>& tensors,
+                                    const std::vector<uint32_t>& order) {
+  std::vector<uint64_t> relative_offsets(tensors.size(), 0);
   uint64_t cursor = 0;
   for (size_t i = 0; i < tensors.size(); ++i) {
-    const AprTensorSpec& tensor = tensors[i];
-    CheckTensor(tensor);
-    if (!by_name.emplace(tensor.name, i).second) {
-      throw FormatError("tensor " + Quote(tensor.name) + " appears twice; APR names must be unique");
-    }
-    if (tensor.alias_of) continue;
+    if (tensors[i].alias_of) continue;
     relative_offsets[i] = cursor;
-    cursor += AlignUp64(tensor.size);
+    cursor += AlignUp64(tensors[i].size);
   }
-  std::vector<AprIndexEntry> entries;
-  entries.reserve(tensors.size());
   for (size_t i = 0; i < tensors.size(); ++i) {
     const AprTensorSpec& tensor = tensors[i];
-    uint64_t offset = relative_offsets[i];
-    if (tensor.alias_of) {
-      auto target = by_name.find(*tensor.alias_of);
-      if (target == by_name.end() || tensors[target->second].alias_of ||
-          tensors[target->second].size != tensor.size) {
-        throw FormatError("tensor " + Quote(tensor.name) + " aliases " + Quote(*tensor.alias_of) +
-                          ", which is not a stored tensor of the same size");
-      }
-      offset = relative_offsets[target->second];
-      relative_offsets[i] = offset;
+    if (!tensor.alias_of) continue;
+    auto target = std::lower_bound(order.begin(), order.end(), *tensor.alias_of,
+                                   [&](uint32_t at, const std::string& name) {
+                                     return tensors[at].name < name;
+                                   });
+    if (target == order.end() || tensors[*target].name != *tensor.alias_of ||
+        tensors[*target].alias_of || tensors[*target].size != tensor.size) {
+      throw FormatError("tensor " + Quote(tensor.name) + " aliases " + Quote(*tensor.alias_of) +
+                        ", which is not a stored tensor of the same size");
     }
-    entries.push_back({tensor.name, tensor.dtype, tensor.shape, offset, tensor.size});
+    relative_offsets[i] = relative_offsets[*target];
   }
-  std::stable_sort(entries.begin(), entries.end(),
-                   [](const AprIndexEntry& a, const AprIndexEntry& b) { return a.name < b.name; });
-  return entries;
+  return relative_offsets;
 }
 
 }  // namespace
 
-AprPlan BuildAprPlan(const std::string& metadata_json,
+uint64_t AprIndexSize(const std::vector<AprTensorSpec>& tensors) {
+  uint64_t size = 0;
+  for (const AprTensorSpec& tensor : tensors) {
+    size += AprIndexEntrySize(tensor.name.size(), tensor.shape.size());
+  }
+  return size;
+}
+
+AprPlan BuildAprPlan(std::string metadata_json,
                      const std::vector<AprTensorSpec>& tensors_in_data_order) {
+  const std::vector<AprTensorSpec>& tensors = tensors_in_data_order;
   if (metadata_json.size() > std::numeric_limits<uint32_t>::max()) {
     throw FormatError("metadata JSON is " + std::to_string(metadata_json.size()) +
                       " bytes; APR v2 stores its size in 32 bits");
   }
-  if (tensors_in_data_order.size() > std::numeric_limits<uint32_t>::max()) {
+  if (tensors.size() > std::numeric_limits<uint32_t>::max()) {
     throw FormatError("too many tensors for APR v2's 32-bit tensor_count");
   }
-  std::vector<uint64_t> relative_offsets;
-  std::vector<AprIndexEntry> entries = AssignOffsets(tensors_in_data_order, relative_offsets);
-
-  std::string index;
-  for (const AprIndexEntry& entry : entries) AppendAprIndexEntry(index, entry);
+  std::vector<uint32_t> order = IndexOrder(tensors);
+  CheckTensors(tensors, order);
+  std::vector<uint64_t> relative_offsets = AssignOffsets(tensors, order);
 
   AprHeaderFields header;
-  header.tensor_count = static_cast<uint32_t>(entries.size());
+  header.tensor_count = static_cast<uint32_t>(tensors.size());
   header.metadata_size = static_cast<uint32_t>(metadata_json.size());
   header.tensor_index_offset = kAprHeaderSize + AlignUp64(metadata_json.size());
-  header.data_offset = header.tensor_index_offset + AlignUp64(index.size());
+  header.data_offset = header.tensor_index_offset + AlignUp64(AprIndexSize(tensors));
 
   AprPlan plan;
   plan.tensor_count = header.tensor_count;
   plan.data_offset = header.data_offset;
+  // The prefix is written in the metadata's own buffer: with enough capacity, no copy of it.
+  plan.prefix = std::move(metadata_json);
   plan.prefix.reserve(header.data_offset);
-  plan.prefix = EncodeAprHeader(header);
-  plan.prefix += metadata_json;
+  plan.prefix.insert(0, EncodeAprHeader(header));
   plan.prefix.resize(header.tensor_index_offset, '\0');
-  plan.prefix += index;
+  for (uint32_t i : order) {
+    const AprTensorSpec& tensor = tensors[i];
+    AppendAprIndexEntry(plan.prefix, tensor.name, tensor.dtype, tensor.shape, relative_offsets[i],
+                        tensor.size);
+  }
   plan.prefix.resize(header.data_offset, '\0');
 
   uint64_t cursor = header.data_offset;
-  for (size_t i = 0; i < tensors_in_data_order.size(); ++i) {
-    const AprTensorSpec& tensor = tensors_in_data_order[i];
+  size_t stored = 0;
+  for (const AprTensorSpec& tensor : tensors) stored += !tensor.alias_of && tensor.size > 0;
+  plan.extents.reserve(stored);
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const AprTensorSpec& tensor = tensors[i];
     if (tensor.alias_of) continue;
     if (tensor.size > 0) {
       plan.extents.push_back({header.data_offset + relative_offsets[i], tensor.size,

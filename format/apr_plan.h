@@ -45,7 +45,12 @@ struct AprPlan {
 // byte-wise by name, data in the given order, each payload 64-byte aligned with zero padding.
 // Throws FormatError on input the format cannot hold (long names, too many dims, duplicate
 // names, an alias to an unknown tensor, metadata over 4 GiB).
-AprPlan BuildAprPlan(const std::string& metadata_json,
+// The prefix is built in `metadata_json`'s buffer: a caller that moves it in with a capacity
+// of kAprHeaderSize + AlignUp64(its size) + AlignUp64(AprIndexSize(tensors)) saves a copy.
+AprPlan BuildAprPlan(std::string metadata_json,
                      const std::vector<AprTensorSpec>& tensors_in_data_order);
+
+// Bytes the packed index of these tensors takes, padding not included (§5.1).
+uint64_t AprIndexSize(const std::vector<AprTensorSpec>& tensors);
 
 }  // namespace aprfs

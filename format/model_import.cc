@@ -1,6 +1,10 @@
 #include "format/model_import.h"
 
+#include <algorithm>
+#include <charconv>
+#include <functional>
 #include <map>
+#include <type_traits>
 
 #include "format/error.h"
 #include "format/json_spelling.h"
@@ -25,13 +29,54 @@ uint64_t ElementCount(const std::vector<uint64_t>& shape) {
   return count;
 }
 
-std::string ShapeJson(const std::vector<uint64_t>& shape) {
-  std::string out = "[";
+void AppendShapeJson(std::string& out, const std::vector<uint64_t>& shape) {
+  out += '[';
   for (size_t i = 0; i < shape.size(); ++i) {
     if (i) out += ',';
-    out += std::to_string(shape[i]);
+    char digits[24];
+    out.append(digits, std::to_chars(digits, digits + sizeof digits, shape[i]).ptr);
   }
-  return out + "]";
+  out += ']';
+}
+
+// {"name":[dims],...} in name order; of a name given twice, the last. Sized exactly before it
+// is written: for a large model it is megabytes, and doubling would hold twice that.
+std::string TensorShapesJson(const std::vector<AprTensorSpec>& tensors) {
+  std::vector<uint32_t> order(tensors.size());
+  for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](uint32_t a, uint32_t b) { return tensors[a].name < tensors[b].name; });
+  auto last_of_name = [&](size_t k) {
+    return k + 1 == order.size() || tensors[order[k + 1]].name != tensors[order[k]].name;
+  };
+  std::string text;
+  auto write_all = [&](std::string& out) {
+    out += '{';
+    bool first = true;
+    for (size_t k = 0; k < order.size(); ++k) {
+      if (!last_of_name(k)) continue;
+      if (!first) out += ',';
+      first = false;
+      AppendJsonString(out, tensors[order[k]].name);
+      out += ':';
+      AppendShapeJson(out, tensors[order[k]].shape);
+    }
+    out += '}';
+  };
+  size_t size = 0;
+  {
+    std::string scratch;  // one entry at a time, to count
+    for (size_t k = 0; k < order.size(); ++k) {
+      if (!last_of_name(k)) continue;
+      scratch.clear();
+      AppendJsonString(scratch, tensors[order[k]].name);
+      AppendShapeJson(scratch, tensors[order[k]].shape);
+      size += scratch.size() + 2;  // ':' and ','
+    }
+  }
+  text.reserve(size + 2);
+  write_all(text);
+  return text;
 }
 
 template <typename Item, typename Append>
@@ -70,7 +115,7 @@ void AddTokenizer(const EmbeddedTokenizer& tokenizer, std::map<std::string, std:
 }  // namespace
 
 AprMetadata ImportMetadata(const ShardSet& set, uint64_t param_count, bool tied_lm_head,
-                           const std::map<std::string, std::vector<uint64_t>>& shapes) {
+                           const std::vector<AprTensorSpec>& tensors) {
   AprMetadata m;
   const ModelConfig config = set.config.value_or(DefaultModelConfig());
   m.model_type = AprenderArchitectureName(config.model_type);
@@ -96,14 +141,7 @@ AprMetadata ImportMetadata(const ShardSet& set, uint64_t param_count, bool tied_
   m.num_experts_per_tok = config.num_experts_per_tok;
   m.moe_intermediate_size = config.moe_intermediate_size;
 
-  std::string tensor_shapes = "{";
-  for (const auto& [name, shape] : shapes) {
-    if (tensor_shapes.size() > 1) tensor_shapes += ',';
-    AppendJsonString(tensor_shapes, name);
-    tensor_shapes += ':';
-    tensor_shapes += ShapeJson(shape);
-  }
-  m.custom["tensor_shapes"] = tensor_shapes + "}";
+  m.custom["tensor_shapes"] = TensorShapesJson(tensors);
 
   std::map<std::string, std::string> source_metadata;  // first shard that sets a key wins
   for (const Shard& shard : set.shards) source_metadata.insert(shard.header.metadata.begin(),
@@ -123,7 +161,13 @@ AprMetadata ImportMetadata(const ShardSet& set, uint64_t param_count, bool tied_
   return m;
 }
 
-ImportedModel ImportShardSet(const ShardSet& set) {
+namespace {
+
+// ImportShardSet, copying the names and shapes out of a const `set`, or moving them out of a
+// mutable one: then each shard's tensor list and the index are dropped once used.
+template <typename Set>
+ImportedModel Import(Set& set, const std::function<void()>& released) {
+  constexpr bool consume = !std::is_const_v<Set>;
   auto where = [&](const Shard& shard, const std::string& tensor) {
     return "model " + Quote(set.name) + ", shard " + Quote(shard.file) + ", tensor " + Quote(tensor) +
            ": ";
@@ -133,15 +177,17 @@ ImportedModel ImportShardSet(const ShardSet& set) {
   } catch (const FormatError& e) {
     throw FormatError("model " + Quote(set.name) + ": " + e.what());
   }
+  if constexpr (consume) set.index.reset();
 
   ImportedModel result;
   std::vector<AprTensorSpec> tensors;
-  std::map<std::string, std::vector<uint64_t>> shapes;
-  const AprTensorSpec* embedding = nullptr;
+  size_t count = 1;  // room for a tied head
+  for (const Shard& shard : set.shards) count += shard.header.tensors.size();
+  tensors.reserve(count);
   bool has_lm_head = false;
   for (uint32_t s = 0; s < set.shards.size(); ++s) {
-    const Shard& shard = set.shards[s];
-    for (const SafetensorsTensor& tensor : shard.header.tensors) {
+    auto& shard = set.shards[s];
+    for (auto& tensor : shard.header.tensors) {
       std::optional<uint8_t> code = AprCodeFor(tensor.dtype);
       if (!code) {
         throw FormatError(where(shard, tensor.name) + "dtype " +
@@ -158,13 +204,24 @@ ImportedModel ImportShardSet(const ShardSet& set) {
         throw FormatError(where(shard, tensor.name) + std::to_string(tensor.shape.size()) +
                           " dimensions; APR v2 stores at most 8");
       }
-      tensors.push_back({tensor.name, *code, tensor.shape, tensor.size(), s,
-                         shard.header.data_start() + tensor.begin, std::nullopt});
-      shapes[tensor.name] = tensor.shape;
       result.param_count += ElementCount(tensor.shape);
       has_lm_head = has_lm_head || IsLmHead(tensor.name);
+      AprTensorSpec& spec = tensors.emplace_back();
+      if constexpr (consume) {
+        spec.name = std::move(tensor.name);
+        spec.shape = std::move(tensor.shape);
+      } else {
+        spec.name = tensor.name;
+        spec.shape = tensor.shape;
+      }
+      spec.dtype = *code;
+      spec.size = tensor.size();
+      spec.source = s;
+      spec.source_offset = shard.header.data_start() + tensor.begin;
     }
+    if constexpr (consume) shard.header.tensors = {};
   }
+  const AprTensorSpec* embedding = nullptr;
   for (const AprTensorSpec& tensor : tensors) {
     if (IsEmbedding(tensor.name)) embedding = &tensor;  // the last one wins, as in aprender
   }
@@ -173,19 +230,36 @@ ImportedModel ImportShardSet(const ShardSet& set) {
     AprTensorSpec head = *embedding;
     head.alias_of = embedding->name;
     head.name = std::string(kLmHead);
-    shapes[head.name] = head.shape;
     result.param_count += ElementCount(head.shape);
     result.tied_lm_head = true;
     tensors.push_back(std::move(head));
   }
 
-  AprMetadata metadata = ImportMetadata(set, result.param_count, result.tied_lm_head, shapes);
+  std::string metadata_json;
+  {
+    AprMetadata metadata = ImportMetadata(set, result.param_count, result.tied_lm_head, tensors);
+    if constexpr (consume) set.tokenizer = {};  // spelled into the metadata now
+    if (released) released();
+    // Room for the header and the index behind the metadata: the plan is built in this buffer
+    // (pages reserved but not written cost nothing).
+    metadata_json.reserve(kAprHeaderSize + AlignUp64(AprMetadataSizeBound(metadata)) +
+                          AlignUp64(AprIndexSize(tensors)));
+    AppendAprMetadata(metadata_json, metadata);
+  }  // the metadata's parts (megabytes of tensor_shapes for a large model) are freed here
   try {
-    result.plan = BuildAprPlan(SerializeAprMetadata(metadata), tensors);
+    result.plan = BuildAprPlan(std::move(metadata_json), tensors);
   } catch (const FormatError& e) {
     throw FormatError("model " + Quote(set.name) + ": " + e.what());
   }
   return result;
+}
+
+}  // namespace
+
+ImportedModel ImportShardSet(const ShardSet& set) { return Import(set, nullptr); }
+
+ImportedModel ImportShardSet(ShardSet&& set, const std::function<void()>& released) {
+  return Import(set, released);
 }
 
 }  // namespace aprfs

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "format/apr_metadata.h"
@@ -22,9 +23,16 @@ struct ImportedModel {
 // aprender's importer does, plus the embedded tokenizer. Throws FormatError naming the model,
 // the file, the tensor and the rule.
 ImportedModel ImportShardSet(const ShardSet& set);
+// The same, taking the tensor names and shapes out of `set` instead of copying them, and
+// dropping the index and each shard's tensor list once used: for a model of 100k tensors, the
+// difference between holding them twice or once. `set` keeps its shard files, config and
+// metadata; its tensors, index and tokenizer are gone (also when this throws). `released`,
+// when given, is called once they are, before the plan's large buffers are written: the
+// caller can hand the freed heap back to the system there (format/ itself does no such thing).
+ImportedModel ImportShardSet(ShardSet&& set, const std::function<void()>& released = nullptr);
 
-// The metadata alone (exposed for tests and `aprfs inspect`).
+// The metadata alone (exposed for tests and `aprfs inspect`). `tensors` gives tensor_shapes.
 AprMetadata ImportMetadata(const ShardSet& set, uint64_t param_count, bool tied_lm_head,
-                           const std::map<std::string, std::vector<uint64_t>>& shapes);
+                           const std::vector<AprTensorSpec>& tensors);
 
 }  // namespace aprfs

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "format/error.h"
+#include "format/safetensors_header_sax.h"
 #include "format/utf8.h"
 
 namespace aprfs {
@@ -24,11 +25,11 @@ uint64_t ReadU64Le(std::string_view bytes) {
   return value;
 }
 
-// Parses the JSON as strictly as serde_json does where nlohmann is lenient: no byte-order mark,
-// no NUL bytes (nlohmann stops reading at one), no tensor name twice, no field twice inside a
+// Parses the JSON as strictly as serde_json does where nlohmann is lenient (no byte-order mark,
+// no NUL bytes: nlohmann stops reading at one, checked before), no tensor name twice, no field twice inside a
 // tensor entry. The official reader would silently keep one of two equal names, which then
 // shows up as a confusing offset error; we name the duplicate instead.
-json ParseStrictly(std::string_view text, std::string_view file) {
+void CheckNoBomNorNul(std::string_view text, std::string_view file) {
   if (text.substr(0, 3) == "\xEF\xBB\xBF") {
     Fail(file, "header starts with a byte-order mark", "InvalidHeaderDeserialization");
   }
@@ -36,6 +37,11 @@ json ParseStrictly(std::string_view text, std::string_view file) {
     Fail(file, "header contains a NUL byte at " + std::to_string(text.find('\0')),
          "InvalidHeaderDeserialization");
   }
+}
+
+// The DOM path: slow on large headers (the parse callback makes nlohmann 3.11 quadratic in the
+// number of entries), so only used for headers the SAX fast path refuses, to name their problem.
+json ParseStrictly(std::string_view text, std::string_view file) {
   std::set<std::string> tensors;
   std::set<std::string> fields;  // of the tensor entry being parsed
   std::string entry;             // its name
@@ -119,6 +125,22 @@ std::map<std::string, std::string> ParseMetadataEntry(const json& entry, std::st
   return metadata;
 }
 
+// The entries of a header through the DOM, checked in name order: the first problem wins.
+void ParseWithDom(std::string_view header_json, std::string_view file, SafetensorsHeader& header) {
+  json root = ParseStrictly(header_json, file);
+  if (!root.is_object()) {
+    Fail(file, "header must be a JSON object", "InvalidHeaderDeserialization");
+  }
+  header.tensors.reserve(root.size());
+  for (const auto& [key, value] : root.items()) {
+    if (key == "__metadata__") {
+      header.metadata = ParseMetadataEntry(value, file);
+    } else {
+      header.tensors.push_back(ParseTensorEntry(key, value, file));
+    }
+  }
+}
+
 // Byte size of a tensor from its shape and dtype, or the rule it breaks.
 uint64_t ExpectedSize(const SafetensorsTensor& tensor, std::string_view file) {
   uint64_t elements = 1;
@@ -175,25 +197,20 @@ SafetensorsHeader ParseSafetensorsHeader(std::string_view header_json, uint64_t 
   }
   if (!IsValidUtf8(header_json)) Fail(file, "header is not valid UTF-8", "InvalidHeader");
 
-  json root = ParseStrictly(header_json, file);
-  if (!root.is_object()) {
-    Fail(file, "header must be a JSON object", "InvalidHeaderDeserialization");
+  CheckNoBomNorNul(header_json, file);
+  if (std::optional<SafetensorsEntries> entries = ReadWellFormedSafetensorsEntries(header_json)) {
+    header.tensors = std::move(entries->tensors);
+    header.metadata = std::move(entries->metadata);
+  } else {
+    ParseWithDom(header_json, file, header);
   }
-  header.tensors.reserve(root.size());
-  for (const auto& [key, value] : root.items()) {
-    if (key == "__metadata__") {
-      header.metadata = ParseMetadataEntry(value, file);
-    } else {
-      header.tensors.push_back(ParseTensorEntry(key, value, file));
-    }
-  }
-  root = json();  // release the DOM before validation; large headers hold a lot of it
 
-  // The official reader sorts by (begin, end) and requires the tensors to tile the buffer.
-  std::stable_sort(header.tensors.begin(), header.tensors.end(),
-                   [](const SafetensorsTensor& a, const SafetensorsTensor& b) {
-                     return std::tie(a.begin, a.end) < std::tie(b.begin, b.end);
-                   });
+  // The official reader sorts by (begin, end) and requires the tensors to tile the buffer. Ties
+  // (empty tensors) in name order, as a stable sort of the DOM's name-ordered entries had it.
+  std::sort(header.tensors.begin(), header.tensors.end(),
+            [](const SafetensorsTensor& a, const SafetensorsTensor& b) {
+              return std::tie(a.begin, a.end, a.name) < std::tie(b.begin, b.end, b.name);
+            });
   uint64_t expected_begin = 0;
   for (const SafetensorsTensor& tensor : header.tensors) {
     if (tensor.begin != expected_begin || tensor.end < tensor.begin) {

@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "format/model_config.h"
@@ -18,8 +19,13 @@ inline constexpr std::string_view kSingleShardFile = "model.safetensors";
 
 // model.safetensors.index.json: which shard holds each tensor.
 struct WeightIndex {
-  std::map<std::string, std::string> weight_map;  // tensor name -> shard file, relative
-  std::vector<std::string> shard_files;           // distinct values, sorted byte-wise
+  // Tensor name -> shard (index in shard_files), sorted by name, each name once. Compact on
+  // purpose: a large model's index has 100k entries naming the same few shards.
+  std::vector<std::pair<std::string, uint32_t>> weight_map;
+  std::vector<std::string> shard_files;  // distinct values, sorted byte-wise
+
+  // The shard file `tensor` is mapped to, or null.
+  const std::string* ShardOf(std::string_view tensor) const;
 };
 
 // Parses the index and checks every shard name: relative, inside the model folder (no `..`

@@ -241,9 +241,11 @@ std::shared_ptr<const BuiltModel> Catalog::Build(const ModelRef& ref, uint64_t f
   try {
     LoadedModel loaded = ref.remote ? LoadRemoteModel(*remote_, *ref.remote)
                                     : LoadLocalModel(ref.dir, ref.name, ref.source_uri, &files);
-    ImportedModel imported = ImportShardSet(loaded.set);
     built->shard_count = loaded.sources.size();
     for (const Shard& shard : loaded.set.shards) built->shard_files.push_back(shard.file);
+    // The input's copies of every name are freed before the plan's buffers are written: hand
+    // them back then, or they stay resident under the peak.
+    ImportedModel imported = ImportShardSet(std::move(loaded.set), [] { malloc_trim(0); });
     built->file = std::make_shared<VirtualFile>(ref.name + ".apr", std::move(imported.plan),
                                                 std::move(loaded.sources));
     built->mtime_ns = NewestMtime(*built->file);
@@ -252,14 +254,14 @@ std::shared_ptr<const BuiltModel> Catalog::Build(const ModelRef& ref, uint64_t f
                             std::chrono::system_clock::now().time_since_epoch())
                             .count();
     }
-    loaded = {};
-    malloc_trim(0);  // building a plan leaves megabytes of freed heap behind
     spdlog::info("{}: {} tensors from {} shards, {} bytes", ref.key,
                  built->file->plan().tensor_count, built->shard_count, built->file->size());
   } catch (const std::exception& e) {
     built->error = e.what();
     spdlog::warn("{}: not shown: {}", ref.key, built->error);
   }
+  // Building a plan, or failing to, leaves megabytes of freed heap behind.
+  malloc_trim(0);
   return built;
 }
 

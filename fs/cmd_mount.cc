@@ -1,4 +1,5 @@
 #include <fcntl.h>
+#include <malloc.h>
 #include <spdlog/spdlog.h>
 #include <sys/mount.h>
 #include <sys/resource.h>
@@ -99,6 +100,10 @@ int StatFromChild(const std::string& path) {
 int Serve(const MountArgs& args, const CatalogOptions& catalog_options,
           const std::function<void(bool, const std::string&)>& report) {
   RaiseFileLimit();
+  // Plan builds allocate buffers of megabytes (the prefix, the tensor list) and free them
+  // again. glibc raises its mmap threshold after each such free, so the next ones come from
+  // the heap and stay resident as holes; a fixed threshold hands them back to the kernel.
+  mallopt(M_MMAP_THRESHOLD, 256 << 10);
   if (args.replaced_dead_mount) {
     spdlog::warn("{}: replaced a dead aprfs mount (its daemon was gone: Transport endpoint is "
                  "not connected)", args.mountpoint);

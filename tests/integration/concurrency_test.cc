@@ -24,14 +24,6 @@ double StressSeconds() {
   return env ? std::atof(env) : 5.0;
 }
 
-// VmHWM / VmRSS of a process in KiB.
-uint64_t ProcStatusKb(pid_t pid, const std::string& key) {
-  std::string status = SlurpOrEmpty("/proc/" + std::to_string(pid) + "/status");
-  size_t at = status.find(key + ":");
-  return at == std::string::npos ? 0
-                                 : std::strtoull(status.c_str() + at + key.size() + 1, nullptr, 10);
-}
-
 struct ThreadStats {
   uint64_t reads = 0;
   uint64_t bytes = 0;

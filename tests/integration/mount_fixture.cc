@@ -391,6 +391,17 @@ std::optional<uint64_t> ProcessRchar(pid_t pid) {
   return std::nullopt;
 }
 
+uint64_t ProcStatusKb(pid_t pid, const std::string& key) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.compare(0, key.size() + 1, key + ":") == 0) {
+      return std::strtoull(line.c_str() + key.size() + 1, nullptr, 10);
+    }
+  }
+  return 0;
+}
+
 std::vector<pid_t> FindDaemonPids(const std::string& mountpoint) {
   std::vector<pid_t> pids;
   DIR* proc = opendir("/proc");

@@ -74,6 +74,8 @@ bool ProcessAlive(pid_t pid);
 // rchar of /proc/PID/io (bytes the process obtained through read-like syscalls); nullopt if
 // unreadable.
 std::optional<uint64_t> ProcessRchar(pid_t pid);
+// A "VmHWM" / "VmRSS" / ... line of /proc/PID/status in KiB; 0 if unreadable.
+uint64_t ProcStatusKb(pid_t pid, const std::string& key);
 // aprfs daemons whose command line names this mountpoint (background mode forks one).
 std::vector<pid_t> FindDaemonPids(const std::string& mountpoint);
 

@@ -3,6 +3,7 @@
 // or written by tests/support, never by format/ code.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -600,6 +601,14 @@ TEST(SafetensorsHeaderValid, MetadataNullObjectAndAbsent) {
   EXPECT_EQ(late.metadata.at("a"), "b");
 }
 
+TEST(SafetensorsHeaderValid, MetadataKeyTwiceKeepsTheLastValue) {
+  // serde_json's map keeps the last; so does the DOM, which such a header is left to.
+  SafetensorsHeader h =
+      ParseJson("{\"__metadata__\":{\"a\":\"1\",\"a\":\"2\"}," + kGood + "}", 4);
+  EXPECT_EQ(h.metadata, (std::map<std::string, std::string>{{"a", "2"}}));
+  ASSERT_EQ(h.tensors.size(), 1u);
+}
+
 TEST(SafetensorsHeaderValid, UnknownFieldsInTensorEntryAreIgnored) {
   std::string json =
       "{\"w\":{\"extra\":[1,{\"x\":null}],\"dtype\":\"F32\",\"shape\":[2],\"comment\":\"hi\","
@@ -637,6 +646,41 @@ TEST(SafetensorsHeaderValid, LargeDataOffsetsWithinU64) {
   SafetensorsHeader h = ParseSafetensorsHeader(json, 8 + json.size() + big, kFile);
   ASSERT_EQ(h.tensors.size(), 1u);
   EXPECT_EQ(h.tensors[0].size(), big);
+}
+
+// A header of n one-byte tensors, the keys in reverse data order (as a dict may hold them).
+std::string ManyTensorHeader(int n) {
+  std::vector<std::string> entries;
+  entries.reserve(n);
+  for (int i = n - 1; i >= 0; --i) {
+    entries.push_back(Entry("model.layers." + std::to_string(i) + ".mlp.experts.weight", "U8",
+                            "[1]", i, i + 1));
+  }
+  return Obj(entries);
+}
+
+double BestParseSeconds(const std::string& json, uint64_t data_len) {
+  double best = 1e9;
+  for (int run = 0; run < 3; ++run) {
+    auto start = std::chrono::steady_clock::now();
+    SafetensorsHeader h = ParseJson(json, data_len);
+    std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+    EXPECT_EQ(h.tensors.size(), data_len);
+    best = std::min(best, took.count());
+  }
+  return best;
+}
+
+// nlohmann 3.11's DOM parse with a callback rescans the parent object after every entry: a
+// header's parse time grew with the square of its entries (DeepSeek-V3: 14% of the plan build).
+// Four times the entries must cost about four times the time; quadratic would be sixteen.
+TEST(SafetensorsHeaderScaling, ParseTimeIsLinearInTheNumberOfTensors) {
+  std::string small = ManyTensorHeader(10'000);
+  std::string large = ManyTensorHeader(40'000);
+  double small_s = BestParseSeconds(small, 10'000);
+  double large_s = BestParseSeconds(large, 40'000);
+  EXPECT_LT(large_s, 9 * std::max(small_s, 1e-3))
+      << "10k tensors: " << small_s << " s, 40k tensors: " << large_s << " s";
 }
 
 }  // namespace

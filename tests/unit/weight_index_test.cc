@@ -128,9 +128,9 @@ TEST(WeightIndexValid, ShardFilesSortedByteWiseAndDeduplicated) {
                                       "model-00003-of-00003.safetensors", "zz.safetensors",
                                       "\xc3\xa9t\xc3\xa9.safetensors"}));
   ASSERT_EQ(index.weight_map.size(), 8u);
-  EXPECT_EQ(index.weight_map.at("t1"), "model-00002-of-00003.safetensors");
-  EXPECT_EQ(index.weight_map.at("t4"), "model-00001-of-00003.safetensors");
-  EXPECT_EQ(index.weight_map.at("t6"), "\xc3\xa9t\xc3\xa9.safetensors");
+  EXPECT_EQ(*index.ShardOf("t1"), "model-00002-of-00003.safetensors");
+  EXPECT_EQ(*index.ShardOf("t4"), "model-00001-of-00003.safetensors");
+  EXPECT_EQ(*index.ShardOf("t6"), "\xc3\xa9t\xc3\xa9.safetensors");
 }
 
 TEST(WeightIndexValid, SubfoldersAndDotsInNamesAreAllowed) {
@@ -142,9 +142,9 @@ TEST(WeightIndexValid, SubfoldersAndDotsInNamesAreAllowed) {
       "\"e\":\"x..y/z.safetensors\"");
   WeightIndex index = ParseWeightIndex(text, kIndexFile);
   EXPECT_EQ(index.shard_files.size(), 5u);
-  EXPECT_EQ(index.weight_map.at("a"),
+  EXPECT_EQ(*index.ShardOf("a"),
             "transformer/diffusion_pytorch_model-00001-of-00002.safetensors");
-  EXPECT_EQ(index.weight_map.at("c"), "..hidden.safetensors");
+  EXPECT_EQ(*index.ShardOf("c"), "..hidden.safetensors");
 }
 
 TEST(WeightIndexValid, MetadataIsOptionalAndExtraKeysIgnored) {
@@ -158,7 +158,7 @@ TEST(WeightIndexValid, MetadataIsOptionalAndExtraKeysIgnored) {
       "  \"metadata\": {\"total_size\": 16060522496}\n}\n",
       kIndexFile);
   EXPECT_EQ(pretty.shard_files, (std::vector<std::string>{"a.safetensors", "b.safetensors"}));
-  EXPECT_EQ(pretty.weight_map.at("y"), "b.safetensors");
+  EXPECT_EQ(*pretty.ShardOf("y"), "b.safetensors");
 }
 
 TEST(WeightIndexValid, TensorNamesAreKeptVerbatim) {
@@ -167,8 +167,8 @@ TEST(WeightIndexValid, TensorNamesAreKeptVerbatim) {
                 "\"\":\"m.safetensors\",\"with space\":\"m.safetensors\""),
       kIndexFile);
   EXPECT_EQ(index.weight_map.size(), 3u);
-  EXPECT_TRUE(index.weight_map.count("model.layers.0.self_attn.q_proj.weight"));
-  EXPECT_TRUE(index.weight_map.count("with space"));
+  EXPECT_TRUE(index.ShardOf("model.layers.0.self_attn.q_proj.weight") != nullptr);
+  EXPECT_TRUE(index.ShardOf("with space") != nullptr);
 }
 
 }  // namespace
