@@ -410,8 +410,12 @@ int ServeFuse(Namespace& ns, const FuseMountOptions& options,
   fuse_remove_signal_handlers(session);
   fuse_session_destroy(session);
   // libfuse's signal handlers make the loop return the signal: SIGTERM (systemctl stop), SIGINT
-  // and SIGHUP end a healthy daemon, which must then exit 0 or systemd marks it failed.
-  return result == 0 || result == SIGTERM || result == SIGINT || result == SIGHUP ? 0 : 1;
+  // and SIGHUP end a healthy daemon, which must then exit 0 or systemd marks it failed. A lazy
+  // unmount ends the connection when its last user leaves; a worker reading the device just
+  // then may see it aborted (ECONNABORTED) rather than gone (ENODEV): the same normal end.
+  bool normal_end = result == 0 || result == SIGTERM || result == SIGINT || result == SIGHUP ||
+                    result == -ECONNABORTED;
+  return normal_end ? 0 : 1;
 }
 
 }  // namespace aprfs
