@@ -379,7 +379,7 @@ int ServeFuse(Namespace& ns, const FuseMountOptions& options,
   fuse_args fargs = FUSE_ARGS_INIT(static_cast<int>(argv.size()), argv.data());
 
   ns.SetMountpoint(options.mountpoint);
-  Session context{ns, options.mountpoint, MaxReadOption(options.fuse_options), {}};
+  Session context{ns, options.mountpoint, MaxReadOption(options.fuse_options), {}, {}, {}};
   fuse_session* session = fuse_session_new(&fargs, &kOps, sizeof(kOps), &context);
   fuse_opt_free_args(&fargs);  // option parsing replaced them with a copy libfuse allocated
   if (session == nullptr) {
