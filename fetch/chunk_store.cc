@@ -186,6 +186,14 @@ uint64_t ChunkStore::PresentBytes() const {
   return bytes;
 }
 
+std::vector<uint32_t> ChunkStore::Generations() const {
+  std::vector<uint32_t> words(chunk_count_);
+  for (uint64_t chunk = 0; chunk < chunk_count_; ++chunk) {
+    words[chunk] = Word(chunk).load(std::memory_order_acquire);
+  }
+  return words;
+}
+
 uint32_t ChunkStore::LastAccess(uint64_t chunk) const {
   return Access(chunk).load(std::memory_order_relaxed);
 }

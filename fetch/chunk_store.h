@@ -11,6 +11,7 @@
 #include <boost/interprocess/mapped_region.hpp>
 #include <boost/interprocess/sync/file_lock.hpp>
 #include <set>
+#include <vector>
 
 namespace aprfs {
 
@@ -46,6 +47,9 @@ class ChunkStore {
   bool Complete() const { return PresentCount() == chunk_count_; }
   // Seconds (since the epoch) a chunk was last read or written, for LRU eviction.
   uint32_t LastAccess(uint64_t chunk) const;
+  // Every chunk's word (present bit and generation): equal snapshots taken before and after
+  // reading the data file mean no chunk was evicted or filled again in between.
+  std::vector<uint32_t> Generations() const;
 
   // Copies [offset, offset+length) when every chunk it touches is present and stays so
   // through the read. Returns 0, ENODATA (some chunk absent, or evicted meanwhile), or EIO.

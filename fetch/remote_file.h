@@ -83,6 +83,9 @@ class RemoteFile final : public ByteSource, public std::enable_shared_from_this<
   // Forgets every chunk (a failed verification): they are fetched again, and the file is
   // verified again once complete.
   void DropAllChunks();
+  // The verification could not tell (chunks were evicted while it read): verify again when the
+  // next chunk completes the file.
+  void VerifyWhenCompleteAgain() { completed_ = false; }
   // A failure to store into the chunk cache or publish into the HF cache, for status pages.
   void NoteCacheError(const std::string& error);
   std::string LastCacheError();

@@ -251,11 +251,21 @@ VerifyResult VerifyAndPublish(RemoteContext& context, RemoteFile& file,
   hashing.cancelled = [&] {
     return context.fetcher().Stopping() || (callbacks.cancelled && callbacks.cancelled());
   };
+  const std::vector<uint32_t> generations = store.Generations();
   HashResult hash = Sha256OfRange(store.data_fd(), 0, blob.size, store.dir() + "/data", hashing);
   if (hash.cancelled) return {VerifyResult::Verdict::Cancelled, "cancelled"};  // next time
   if (!hash.ok()) {
     spdlog::error("{}: cannot verify: {}", file.name(), hash.error);
     return {VerifyResult::Verdict::Error, "cannot verify: " + hash.error};
+  }
+  if (hash.hex != blob.sha256 && store.Generations() != generations) {
+    // A chunk was evicted (its hole read as zeros) while we read (--cache-size, a full disk):
+    // the hash says nothing about the file. Not a mismatch, and no reason to drop the rest.
+    const std::string message = "chunks were evicted while it was verified (is the cache "
+                                "smaller than the file?); verified again once complete";
+    spdlog::warn("{}: {}", file.name(), message);
+    file.VerifyWhenCompleteAgain();
+    return {VerifyResult::Verdict::Error, message};
   }
   if (hash.hex != blob.sha256) {
     std::string message = "sha256 " + hash.hex + " does not match the Hub's " + blob.sha256 +

@@ -456,6 +456,18 @@ test_fault_modes() {
   "${CURL[@]}" -o /dev/null -X POST "$FCTL/_reset"
   req -r 0-999 "$FURL"
   check "fault reset: original content again" eq "$(hdr etag)" "\"$SHARD_SHA\""
+  local half=$((SHARD_SIZE / 2))
+  plan '["truncate"]'
+  req -r 0-999 "$FURL"
+  check "fault truncate: totals of the first half" eq "$STATUS $(hdr content-range)" \
+    "206 bytes 0-999/$half"
+  check "fault truncate: bytes intact" cmp -s "$WORK/b" <(slice "$SHARD_FILE" 0 1000)
+  check "fault truncate: ETag = sha256 of the first half" eq "$(hdr etag)" \
+    "\"$(head -c "$half" "$SHARD_FILE" | sha256sum | cut -d' ' -f1)\""
+  req -r "$half-" "$FURL"
+  check "fault truncate: sticky, 416 past the new end" eq "$STATUS $(hdr content-range)" \
+    "416 bytes */$half"
+  "${CURL[@]}" -o /dev/null -X POST "$FCTL/_reset"
   req -X POST --data '["bogus"]' "$FCTL/_plan"
   check "fault: bad plan refused (400)" eq "$STATUS" 400
 }

@@ -244,6 +244,8 @@ const FaultCase kFaultCases[] = {
   // EIO within the read deadline (60 s, RemoteOptions::read_deadline): retries are bounded.
   {"content_changes",          R"(["change"])",                        Expect::Eio,   60, 0,   {{"change", 1}}},
   {"content_changes_after_first_chunk", R"(["ok", "change"])",         Expect::Eio,   60, 0,   {{"change", 1}}, 1},
+  // The shard cut to half its size on the server after its first chunk was stored.
+  {"content_truncated_after_first_chunk", R"(["ok", "truncate"])",     Expect::Eio,   60, 0,   {{"truncate", 1}}, 1},
   {"always_503",               R"({"plan": [], "then": "status:503:1"})", Expect::Eio, 60, 3,  {{"status:503:1", 3}}},
   {"always_stalled",           R"({"plan": [], "then": "stall"})",     Expect::Eio,   60, 4,   {{"stall", 2}}},
 };

@@ -6,6 +6,8 @@
 #include <spawn.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/vfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -484,6 +486,30 @@ bool PathExists(const std::string& path) {
 uint64_t FileSize(const std::string& path) {
   struct stat st;
   return stat(path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
+}
+
+uint64_t FreeBytes(const std::string& dir) {
+  struct statvfs vfs;
+  if (statvfs(dir.c_str(), &vfs) != 0) return 0;
+  return static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+}
+
+uint64_t FillFilesystem(const std::string& dir, uint64_t leave, const std::string& name) {
+  Fd fd(dir + "/" + name, O_WRONLY | O_CREAT | O_APPEND);
+  if (!fd.ok()) return FreeBytes(dir);
+  // Big pieces, then pages: the last partial megabyte is filled too.
+  for (size_t piece : {size_t{1} << 20, size_t{4096}}) {
+    const std::string bytes(piece, 'f');
+    while (::write(fd.get(), bytes.data(), bytes.size()) == static_cast<ssize_t>(piece)) {
+    }
+  }
+  if (leave > 0) {
+    struct stat st;
+    fstat(fd.get(), &st);
+    const uint64_t keep = static_cast<uint64_t>(st.st_size) > leave ? st.st_size - leave : 0;
+    if (ftruncate(fd.get(), static_cast<off_t>(keep)) != 0) return FreeBytes(dir);
+  }
+  return FreeBytes(dir);
 }
 
 // ----- models ---------------------------------------------------------------------------------
@@ -971,7 +997,9 @@ bool HubFixture::Start(const std::string& state_dir, const std::vector<std::stri
   state_dir_ = state_dir;
   std::vector<std::string> argv = {"python3", ToolsDir() + "/hub_fixture.py", "start", state_dir};
   argv.insert(argv.end(), args.begin(), args.end());
-  argv.insert(argv.end(), {"--hash-cache", ModelsRoot() + "/hash-cache.json"});
+  if (std::find(args.begin(), args.end(), "--hash-cache") == args.end()) {
+    argv.insert(argv.end(), {"--hash-cache", ModelsRoot() + "/hash-cache.json"});
+  }
   running_ = true;  // so that Stop() runs `stop` whatever happened
   ProcResult r = RunCommand(argv, 120s);
   if (r.exit_code != 0) {
@@ -1212,8 +1240,12 @@ bool AprfsMount::Start(const std::vector<std::string>& args, const std::vector<s
     g_mount_slots[this] = RegisterCrash(pid_, mountpoint_);
   }
   auto deadline = Clock::now() + 20s;
+  // Mounted and answering: a dead mount left there (that the daemon replaces) is of the same
+  // type. statfs(), not stat(): the kernel answers stat() of a dead mount's root from its
+  // attribute cache for a while; statfs() always asks the daemon (ENOTCONN when dead).
+  struct statfs fs_info;
   for (;;) {
-    if (IsAprfsMounted(mountpoint_)) break;
+    if (IsAprfsMounted(mountpoint_) && statfs(mountpoint_.c_str(), &fs_info) == 0) break;
     if (!Alive()) {
       *error = "the daemon exited (status " + std::to_string(status_) + ") before " + mountpoint_ +
                " was mounted\n" + Log();
@@ -1224,12 +1256,6 @@ bool AprfsMount::Start(const std::vector<std::string>& args, const std::vector<s
       return false;
     }
     std::this_thread::sleep_for(5ms);
-  }
-  struct stat st;
-  if (stat(mountpoint_.c_str(), &st) != 0) {
-    *error =
-        "mounted but the root does not answer: " + std::string(std::strerror(errno)) + "\n" + Log();
-    return false;
   }
   return true;
 }
@@ -1360,6 +1386,17 @@ void RemoteTest::Unmount(AprfsMount* mount) {
   for (const std::string& p : problems) ADD_FAILURE() << p << "\n" << mount->Log();
 }
 
+std::string RemoteTest::SmallFilesystem(const std::string& name, uint64_t bytes) {
+  const std::string point = Dir(name);
+  const std::string options = "size=" + std::to_string(bytes) + ",mode=0755";
+  if (mount("tmpfs", point.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, options.c_str()) != 0) {
+    ADD_FAILURE() << "cannot mount a tmpfs at " << point << ": " << std::strerror(errno);
+    throw std::runtime_error("no scratch filesystem");
+  }
+  filesystems_.emplace_back(point, RegisterCrash(-1, point));
+  return point;
+}
+
 void RemoteTest::StartWatchdog(std::chrono::seconds budget) {
   {
     std::lock_guard lock(watchdog_mu_);
@@ -1419,6 +1456,15 @@ void RemoteTest::TearDown() {
   }
   for (auto& fault : faults_) fault->Stop();
   for (auto& hub : hubs_) hub->Stop();
+  // After the daemons: they hold files there.
+  for (const auto& [point, slot] : filesystems_) {
+    if (umount2(point.c_str(), 0) != 0) {
+      problems.push_back("cannot unmount " + point + ": " + std::strerror(errno) + " (detached)");
+      umount2(point.c_str(), MNT_DETACH);
+    }
+    UnregisterCrash(slot);
+  }
+  filesystems_.clear();
   StopWatchdog();
   if (watchdog_fired_) problems.push_back("the watchdog fired: the test ran out of time");
 

@@ -111,6 +111,11 @@ std::vector<std::string> ListDir(const std::string& dir);
 void DropPageCache(const std::string& path);
 bool PathExists(const std::string& path);  // lstat
 uint64_t FileSize(const std::string& path);
+// Writes `dir`/name until the filesystem refuses (ENOSPC), then frees space until `leave`
+// bytes are free; the bytes still free (statvfs).
+uint64_t FillFilesystem(const std::string& dir, uint64_t leave = 0,
+                        const std::string& name = "filler");
+uint64_t FreeBytes(const std::string& dir);  // statvfs f_bavail * f_frsize
 
 // ----- models ---------------------------------------------------------------------------------
 
@@ -356,6 +361,11 @@ class RemoteTest : public ::testing::Test {
   // The per-test time budget: past it the watchdog kills daemons and commands.
   void SetWatchdog(std::chrono::seconds budget);
 
+  // A tmpfs of `bytes` at root()/name, for "the disk is full" tests: unmounted in TearDown once
+  // the daemons are gone (lazily detached if the test binary dies). Fatal failure if it cannot
+  // be mounted.
+  std::string SmallFilesystem(const std::string& name, uint64_t bytes);
+
  private:
   void StartWatchdog(std::chrono::seconds budget);
   void StopWatchdog();
@@ -365,6 +375,7 @@ class RemoteTest : public ::testing::Test {
   std::vector<std::unique_ptr<FaultServer>> faults_;
   std::vector<std::unique_ptr<AprfsMount>> mounts_;
   std::mutex mounts_mu_;
+  std::vector<std::pair<std::string, int>> filesystems_;  // mountpoint, crash slot
 
   std::thread watchdog_;
   std::mutex watchdog_mu_;

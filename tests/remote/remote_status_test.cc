@@ -21,25 +21,6 @@ namespace {
 using aprfs_itest::ParsePrometheusText;
 using aprfs_itest::PromParse;
 
-// status.json of a mount, read to end of file (its size can grow between stat and read).
-json ReadStatus(const AprfsMount& mount) {
-  std::string text = SlurpOrEmpty(mount.Path(".aprfs/status.json"));
-  json status = json::parse(text, nullptr, false);
-  if (status.is_discarded() || !status.is_object()) {
-    ADD_FAILURE() << "status.json is not a JSON object:\n" << text;
-    return json::object();
-  }
-  return status;
-}
-
-json ModelEntry(const json& status, const std::string& name) {
-  for (const json& model : status.value("models", json::array())) {
-    if (model.value("name", json()) == name) return model;
-  }
-  ADD_FAILURE() << "no model " << name << " in:\n" << status.dump(2);
-  return json::object();
-}
-
 uint64_t U(const json& object, const char* key) { return object.value(key, uint64_t{0}); }
 
 // No download running or queued for the model (status says so) and the CDN log agrees.

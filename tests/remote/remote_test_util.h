@@ -15,7 +15,10 @@
 #include <string>
 #include <vector>
 
+#include "fetch/local_model.h"
+#include "format/model_import.h"
 #include "tests/remote/remote_fixture.h"
+#include "tests/support/materialize.h"
 
 namespace aprfs_rtest {
 
@@ -121,6 +124,41 @@ inline std::vector<std::string> CheckAprPrefix(const std::string& prefix, const 
     }
   }
   return problems;
+}
+
+// The .apr file a --repo mount of `model` serves (`name` "big", `source_uri` "hf://org/big"):
+// the plan of the source folder, materialized the simple way (tests/support/materialize.h).
+inline std::string MaterializedApr(const SourceModel& model, const std::string& name,
+                                   const std::string& source_uri) {
+  aprfs::LoadedModel loaded = aprfs::LoadLocalModel(model.dir, name, source_uri);
+  aprfs::ImportedModel imported = aprfs::ImportShardSet(loaded.set);
+  std::vector<std::string> shards;
+  for (const aprfs::Shard& shard : loaded.set.shards) {
+    std::string bytes, error;
+    if (!ReadWholeFile(model.ShardPath(shard.file), &bytes, &error)) ADD_FAILURE() << error;
+    shards.push_back(std::move(bytes));
+  }
+  return aprfs::testing::MaterializePlan(imported.plan, shards);
+}
+
+// status.json of a mount, read to end of file (its size can grow between stat and read).
+inline json ReadStatus(const AprfsMount& mount) {
+  std::string text = SlurpOrEmpty(mount.Path(".aprfs/status.json"));
+  json status = json::parse(text, nullptr, false);
+  if (status.is_discarded() || !status.is_object()) {
+    ADD_FAILURE() << "status.json is not a JSON object:\n" << text;
+    return json::object();
+  }
+  return status;
+}
+
+// One model of a status.json, by its first name ("big.apr").
+inline json ModelEntry(const json& status, const std::string& name) {
+  for (const json& model : status.value("models", json::array())) {
+    if (model.value("name", json()) == name) return model;
+  }
+  ADD_FAILURE() << "no model " << name << " in:\n" << status.dump(2);
+  return json::object();
 }
 
 // Store folder of a blob in a cache dir.

@@ -20,6 +20,9 @@ Modes:
   ignore_range         200 with the full body, whatever the Range
   change               from this request on (sticky until /_reset), different bytes
                        (every byte XOR 0xFF) and a different ETag (their sha256)
+  truncate             from this request on (sticky until /_reset), the file is cut to
+                       half its size: ranges past the new end get 416, Content-Range totals
+                       and the ETag are those of the first half
   slow:BYTES_PER_SEC   normal answer, body paced to that rate
 
 Control (on both ports): POST /_plan with a JSON list (replaces the data plan) or an
@@ -63,7 +66,7 @@ CHUNK = 64 * 1024
 LOG_LIMIT = 10000
 XOR_TABLE = bytes(b ^ 0xFF for b in range(256))
 DATA_MODES = ("ok", "status", "stall", "close", "cut", "short", "wrong_range",
-              "ignore_range", "change", "slow")
+              "ignore_range", "change", "truncate", "slow")
 HUB_MODES = ("ok", "status", "stall", "close")
 
 
@@ -111,6 +114,7 @@ class State:
         self.size = os.fstat(self.fd).st_size
         self.sha256 = sha256_of(self.fd, self.size)
         self._changed_sha256 = None
+        self._truncated_sha256 = None
         self.stall_max = args.stall_max
         self.repo = args.repo
         self.path = args.path or os.path.basename(args.file)
@@ -133,6 +137,7 @@ class State:
         with self.lock:
             self.plan, self.hub_plan, self.then = [], [], "ok"
             self.changed = False
+            self.truncated = False
             self.stats = {"requests": 0, "hub_requests": 0, "control_requests": 0,
                           "connections": 0, "bytes_sent": 0, "modes": {},
                           "statuses": {}, "ranges": [], "log": []}
@@ -173,9 +178,11 @@ class State:
                 text = self.plan.pop(0) if self.plan else self.then
                 if text == "change":
                     self.changed = True
+                if text == "truncate":
+                    self.truncated = True
                 n = self.stats["requests"]
             self.stats["modes"][text] = self.stats["modes"].get(text, 0) + 1
-            return n, text, self.changed
+            return n, text, self.changed, self.truncated
 
     def record(self, entry, sent=0, served=None):
         with self.lock:
@@ -194,6 +201,12 @@ class State:
                 self._changed_sha256 = sha256_of(self.fd, self.size, XOR_TABLE)
             return self._changed_sha256
 
+    def truncated_sha256(self):
+        with self.lock:
+            if self._truncated_sha256 is None:
+                self._truncated_sha256 = sha256_of(self.fd, self.size // 2)
+            return self._truncated_sha256
+
     def read(self, offset, length, changed):
         data = os.pread(self.fd, length, offset)
         return data.translate(XOR_TABLE) if changed else data
@@ -203,6 +216,7 @@ class State:
             out = json.loads(json.dumps(self.stats))
             out["plan_left"], out["hub_plan_left"] = list(self.plan), list(self.hub_plan)
             out["then"], out["changed"] = self.then, self.changed
+            out["truncated"] = self.truncated
             return out
 
 
@@ -357,13 +371,15 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
     def data(self):
         st = self.st
-        n, text, changed = st.next_mode(hub=False)
+        n, text, changed, truncated = st.next_mode(hub=False)
         name, args = parse_mode(text, DATA_MODES)
         rng_header = self.headers.get("Range")
         entry = {"n": n, "conn": self.conn_id, "method": self.command, "range": rng_header,
                  "mode": text, "status": None}
         etag = st.changed_sha256() if changed else st.sha256
         size = st.size
+        if truncated:                          # the first half, as it is (not with change)
+            etag, size = st.truncated_sha256(), st.size // 2
 
         if name == "close":
             entry["status"] = "closed"
@@ -468,7 +484,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
     def hub(self, path):
         st = self.st
-        n, text, _ = st.next_mode(hub=True)
+        n, text, *_ = st.next_mode(hub=True)
         name, args = parse_mode(text, HUB_MODES)
         entry = {"n": n, "conn": self.conn_id, "method": self.command, "path": path,
                  "mode": text, "status": None, "hub": True}
