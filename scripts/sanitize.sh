@@ -13,7 +13,7 @@ KINDS=("$@")
 [ ${#KINDS[@]} -gt 0 ] || KINDS=(address thread)
 
 # Tests where threads or processes meet: what TSan is for.
-TSAN_TESTS='^(ChunkStore|ChunkCache|Fetcher|FooterCrc|HfCacheWriter|VirtualFile|RemoteConcurrency|Load)'
+TSAN_TESTS='^(ChunkStore|ChunkCache|Fetcher|FooterCrc|HfCacheWriter|VirtualFile|RemoteConcurrency|RemoteLoad|Load|ReplacedShard)'
 TSAN_TESTS+='|Concurrent|Racing|Threads|Killed|Sigterm|Lazy'
 
 run_kind() {
