@@ -327,19 +327,7 @@ TEST_F(RemoteDiskFullTest, HfCacheOnAFullDiskIsLeftCleanAndPublishedLater) {
   AprfsMount* again = Mount("mnt2", args, Env(hub.endpoint()));
   ASSERT_NE(again, nullptr);
   ASSERT_GT(FileSize(again->Path("tiny.apr")), 0u);
-  const std::string commit = hub.Commit("org/tiny");
-  bool published = WaitFor(
-      [&] {
-        for (const std::string& shard : tiny.shards) {
-          if (!CheckPublished(hf, "org/tiny", commit, "main", shard, hub.Sha("org/tiny", shard),
-                              tiny.ShardPath(shard))
-                   .empty()) {
-            return false;
-          }
-        }
-        return true;
-      },
-      20s);
+  bool published = WaitUntilEveryShardPublished(hf, hub, "org/tiny", tiny, 20s);
   EXPECT_TRUE(published) << again->Log();
   EXPECT_EQ(DataRequestCount(hub.CdnLog()), downloads) << Describe(hub.CdnLog());
 }

@@ -1502,6 +1502,24 @@ bool WaitFor(const std::function<bool()>& done, Millis timeout) {
   }
 }
 
+bool WaitUntilEveryShardPublished(const std::string& hf_cache, const HubFixture& hub,
+                                  const std::string& repo, const SourceModel& model,
+                                  Millis timeout) {
+  const std::string commit = hub.Commit(repo);
+  return WaitFor(
+      [&] {
+        for (const std::string& shard : model.shards) {
+          if (!CheckPublished(hf_cache, repo, commit, "main", shard, hub.Sha(repo, shard),
+                              model.ShardPath(shard))
+                   .empty()) {
+            return false;
+          }
+        }
+        return true;
+      },
+      timeout);
+}
+
 std::string Join(const std::vector<std::string>& items, const std::string& separator) {
   std::string out;
   for (size_t i = 0; i < items.size(); ++i) out += (i ? separator : "") + items[i];

@@ -388,6 +388,12 @@ class RemoteTest : public ::testing::Test {
 // Polls `done` every 20 ms until it returns true or `timeout` passes; its last value.
 bool WaitFor(const std::function<bool()>& done, Millis timeout);
 
+// Waits until every shard of `model` (repo `repo` on `hub`, branch main) is published in the HF
+// cache `hf_cache` exactly as CheckPublished wants it; false after `timeout`.
+bool WaitUntilEveryShardPublished(const std::string& hf_cache, const HubFixture& hub,
+                                  const std::string& repo, const SourceModel& model,
+                                  Millis timeout);
+
 std::string Join(const std::vector<std::string>& items, const std::string& separator = "\n");
 
 }  // namespace aprfs_rtest

@@ -153,19 +153,7 @@ TEST_F(RemoteKillTest, KillDuringConcurrentReadsThenRemountOnTheSameMountpoint) 
   }
   // Each shard completed from the chunks both daemons stored: its sha256 matches, it is
   // published.
-  const std::string commit = hub.Commit("org/big");
-  bool published = WaitFor(
-      [&] {
-        for (const std::string& shard : big.shards) {
-          if (!CheckPublished(hf, "org/big", commit, "main", shard, hub.Sha("org/big", shard),
-                              big.ShardPath(shard))
-                   .empty()) {
-            return false;
-          }
-        }
-        return true;
-      },
-      30s);
+  bool published = WaitUntilEveryShardPublished(hf, hub, "org/big", big, 30s);
   EXPECT_TRUE(published) << second->Log();
   EXPECT_EQ(second->LogText().find("does not match"), std::string::npos) << second->Log();
   Unmount(second);

@@ -411,19 +411,7 @@ TEST_F(RemoteMountTest, CompleteUnpublishedShardsArePublishedByTheNextMount) {
   ASSERT_NE(second, nullptr);
   // The plan (and with it the check of the chunk stores) is made on the first lookup.
   ExpectWholeFileCorrect(second->Path("tiny.apr"), tiny);
-  const std::string commit = hub.Commit("org/tiny");
-  bool published = WaitFor(
-      [&] {
-        for (const std::string& shard : tiny.shards) {
-          if (!CheckPublished(hf, "org/tiny", commit, "main", shard, hub.Sha("org/tiny", shard),
-                              tiny.ShardPath(shard))
-                   .empty()) {
-            return false;
-          }
-        }
-        return true;
-      },
-      30s);
+  bool published = WaitUntilEveryShardPublished(hf, hub, "org/tiny", tiny, 30s);
   EXPECT_TRUE(published) << "the complete chunk stores were not published by the second mount";
   EXPECT_EQ(DataRequestCount(hub.CdnLog()), downloads) << Describe(hub.CdnLog());
 }
