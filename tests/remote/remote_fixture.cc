@@ -1364,7 +1364,11 @@ FaultServer& RemoteTest::StartFault(const std::string& name, const std::string& 
 
 AprfsMount* RemoteTest::Mount(const std::string& name, const std::vector<std::string>& args,
                               const std::vector<std::string>& env) {
-  std::string mountpoint = Dir(name);
+  // Not Dir(): on a dead mount (kill -9) stat fails with ENOTCONN once the kernel's attribute
+  // cache expires, and replacing that dead mount is exactly what the daemon must do.
+  const std::string mountpoint = root_ + "/" + name;
+  std::error_code ignored;
+  fs::create_directories(mountpoint, ignored);
   AprfsMount* mount;
   {
     std::lock_guard lock(mounts_mu_);
