@@ -6,6 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
 ./scripts/build.sh
-(cd "${BUILD_DIR:-build}" && ctest --output-on-failure --timeout 600 "$@")
+# Two tests at a time: most of a test's time is waiting for mounts, servers and daemons.
+(cd "${BUILD_DIR:-build}" && ctest --output-on-failure --timeout 600 -j "${TEST_JOBS:-2}" "$@")
 FUZZ_SECONDS=${FUZZ_SECONDS:-60} ./scripts/fuzz.sh
 ./scripts/sanitize.sh
