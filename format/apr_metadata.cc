@@ -1,5 +1,7 @@
 #include "format/apr_metadata.h"
 
+#include <type_traits>
+
 #include "format/json_spelling.h"
 
 namespace aprfs {
@@ -77,7 +79,11 @@ std::string SerializeAprMetadata(const AprMetadata& m) {
   return out;
 }
 
-void AppendAprMetadata(std::string& out, const AprMetadata& m) {
+namespace {
+
+// AppendAprMetadata, keeping the custom values of a const `m` or freeing those of a mutable one.
+template <typename Metadata>
+void Append(std::string& out, Metadata& m) {
   {
     ObjectWriter w(out);
     // Field order of AprV2Metadata (newest writer); unset optional fields are omitted except
@@ -112,8 +118,17 @@ void AppendAprMetadata(std::string& out, const AprMetadata& m) {
     w.OptUnsigned("num_experts", m.num_experts);
     w.OptUnsigned("num_experts_per_tok", m.num_experts_per_tok);
     w.OptUnsigned("moe_intermediate_size", m.moe_intermediate_size);
-    for (const auto& [key, text] : m.custom) w.Raw(key, text);
+    for (auto& [key, text] : m.custom) {
+      w.Raw(key, text);
+      if constexpr (!std::is_const_v<Metadata>) std::string().swap(text);
+    }
   }
 }
+
+}  // namespace
+
+void AppendAprMetadata(std::string& out, const AprMetadata& m) { Append(out, m); }
+
+void AppendAprMetadata(std::string& out, AprMetadata&& m) { Append(out, m); }
 
 }  // namespace aprfs

@@ -50,6 +50,9 @@ struct AprMetadata {
 std::string SerializeAprMetadata(const AprMetadata& metadata);
 // The same, appended to `out`.
 void AppendAprMetadata(std::string& out, const AprMetadata& metadata);
+// The same, freeing each `custom` value once it is written: `out` and the parts not yet
+// written are never all held at once. `metadata`'s custom values are empty afterwards.
+void AppendAprMetadata(std::string& out, AprMetadata&& metadata);
 // At least the size SerializeAprMetadata will produce, to reserve the buffer once.
 size_t AprMetadataSizeBound(const AprMetadata& metadata);
 

@@ -49,8 +49,7 @@ void CheckTensors(const std::vector<AprTensorSpec>& tensors, const std::vector<u
 }
 
 // Offsets relative to the data section, in data order; an alias takes its target's.
-std::vector<uint64_t> AssignOffsets(const std::vector<AprTensorSpec>& tensors,
-                                    const std::vector<uint32_t>& order) {
+std::vector<uint64_t> AssignOffsets(const std::vector<AprTensorSpec>& tensors) {
   std::vector<uint64_t> relative_offsets(tensors.size(), 0);
   uint64_t cursor = 0;
   for (size_t i = 0; i < tensors.size(); ++i) {
@@ -61,16 +60,18 @@ std::vector<uint64_t> AssignOffsets(const std::vector<AprTensorSpec>& tensors,
   for (size_t i = 0; i < tensors.size(); ++i) {
     const AprTensorSpec& tensor = tensors[i];
     if (!tensor.alias_of) continue;
-    auto target = std::lower_bound(order.begin(), order.end(), *tensor.alias_of,
-                                   [&](uint32_t at, const std::string& name) {
-                                     return tensors[at].name < name;
-                                   });
-    if (target == order.end() || tensors[*target].name != *tensor.alias_of ||
-        tensors[*target].alias_of || tensors[*target].size != tensor.size) {
-      throw FormatError("tensor " + Quote(tensor.name) + " aliases " + Quote(*tensor.alias_of) +
+    const uint32_t target = *tensor.alias_of;
+    if (target >= tensors.size()) {
+      throw FormatError("tensor " + Quote(tensor.name) + " aliases tensor #" +
+                        std::to_string(target) + " of a list of " +
+                        std::to_string(tensors.size()));
+    }
+    if (tensors[target].alias_of || tensors[target].size != tensor.size) {
+      throw FormatError("tensor " + Quote(tensor.name) + " aliases " +
+                        Quote(tensors[target].name) +
                         ", which is not a stored tensor of the same size");
     }
-    relative_offsets[i] = relative_offsets[*target];
+    relative_offsets[i] = relative_offsets[target];
   }
   return relative_offsets;
 }
@@ -97,7 +98,7 @@ AprPlan BuildAprPlan(std::string metadata_json,
   }
   std::vector<uint32_t> order = IndexOrder(tensors);
   CheckTensors(tensors, order);
-  std::vector<uint64_t> relative_offsets = AssignOffsets(tensors, order);
+  std::vector<uint64_t> relative_offsets = AssignOffsets(tensors);
 
   AprHeaderFields header;
   header.tensor_count = static_cast<uint32_t>(tensors.size());

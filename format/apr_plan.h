@@ -17,9 +17,9 @@ struct AprTensorSpec {
   uint64_t size = 0;            // payload bytes
   uint32_t source = 0;          // where the payload lives: source index...
   uint64_t source_offset = 0;   // ...and byte offset inside it
-  // When set, the entry points at the bytes of the named tensor instead of having its own
-  // (a tied lm_head.weight is the embedding, no copy).
-  std::optional<std::string> alias_of;
+  // When set, the entry points at the bytes of the tensor at this position of the same list
+  // instead of having its own (a tied lm_head.weight is the embedding, no copy).
+  std::optional<uint32_t> alias_of;
 };
 
 // A tensor payload inside the virtual file. The bytes between one extent's end and the next

@@ -86,18 +86,29 @@ std::string ArrayJson(const std::vector<Item>& items, Append append) {
     if (i) out += ',';
     append(out, items[i]);
   }
-  return out + "]";
+  out += ']';
+  return out;
 }
 
-void AddTokenizer(const EmbeddedTokenizer& tokenizer, std::map<std::string, std::string>& custom) {
+// Spells the tokenizer into `custom`; a mutable `tokenizer` loses each list once it is spelled
+// (a 128k vocabulary and its JSON are megabytes each).
+template <typename Tokenizer>
+void AddTokenizer(Tokenizer& tokenizer, std::map<std::string, std::string>& custom) {
+  constexpr bool consume = !std::is_const_v<Tokenizer>;
+  auto release = [](auto& list) {
+    if constexpr (consume) std::remove_reference_t<decltype(list)>().swap(list);
+  };
   if (tokenizer.empty()) return;
-  custom["tokenizer.vocabulary"] = ArrayJson(tokenizer.vocabulary, AppendJsonString);
   custom["tokenizer.vocab_size"] = std::to_string(tokenizer.vocabulary.size());
+  custom["tokenizer.vocabulary"] = ArrayJson(tokenizer.vocabulary, AppendJsonString);
+  release(tokenizer.vocabulary);
   if (!tokenizer.merges.empty()) {
     custom["tokenizer.merges"] = ArrayJson(tokenizer.merges, AppendJsonString);
+    release(tokenizer.merges);
   }
   if (!tokenizer.scores.empty()) {
     custom["tokenizer.scores"] = ArrayJson(tokenizer.scores, AppendJsonF64);
+    release(tokenizer.scores);
   }
   if (tokenizer.model_type) {
     std::string text;
@@ -219,16 +230,21 @@ ImportedModel Import(Set& set, const std::function<void()>& released) {
       spec.source = s;
       spec.source_offset = shard.header.data_start() + tensor.begin;
     }
-    if constexpr (consume) shard.header.tensors = {};
+    // Not `= {}`: that assigns an empty initializer_list and keeps the capacity (7 MB for
+    // DeepSeek-V3's 163 shards).
+    if constexpr (consume) std::vector<SafetensorsTensor>().swap(shard.header.tensors);
   }
-  const AprTensorSpec* embedding = nullptr;
-  for (const AprTensorSpec& tensor : tensors) {
-    if (IsEmbedding(tensor.name)) embedding = &tensor;  // the last one wins, as in aprender
+  if constexpr (consume) {
+    if (released) released();  // the index and the shards' tensor lists
+  }
+  std::optional<uint32_t> embedding;
+  for (uint32_t i = 0; i < tensors.size(); ++i) {
+    if (IsEmbedding(tensors[i].name)) embedding = i;  // the last one wins, as in aprender
   }
   bool ties = !set.config || set.config->tie_word_embeddings;
   if (!has_lm_head && embedding && ties) {
-    AprTensorSpec head = *embedding;
-    head.alias_of = embedding->name;
+    AprTensorSpec head = tensors[*embedding];
+    head.alias_of = *embedding;
     head.name = std::string(kLmHead);
     result.param_count += ElementCount(head.shape);
     result.tied_lm_head = true;
@@ -237,15 +253,24 @@ ImportedModel Import(Set& set, const std::function<void()>& released) {
 
   std::string metadata_json;
   {
-    AprMetadata metadata = ImportMetadata(set, result.param_count, result.tied_lm_head, tensors);
-    if constexpr (consume) set.tokenizer = {};  // spelled into the metadata now
-    if (released) released();
+    AprMetadata metadata;
+    if constexpr (consume) {
+      EmbeddedTokenizer tokenizer = std::move(set.tokenizer);
+      set.tokenizer = {};
+      metadata = ImportMetadata(set, result.param_count, result.tied_lm_head, tensors);
+      AddTokenizer(tokenizer, metadata.custom);
+    } else {
+      metadata = ImportMetadata(set, result.param_count, result.tied_lm_head, tensors);
+    }
+    if (released) released();  // the tokenizer
     // Room for the header and the index behind the metadata: the plan is built in this buffer
     // (pages reserved but not written cost nothing).
     metadata_json.reserve(kAprHeaderSize + AlignUp64(AprMetadataSizeBound(metadata)) +
                           AlignUp64(AprIndexSize(tensors)));
-    AppendAprMetadata(metadata_json, metadata);
-  }  // the metadata's parts (megabytes of tensor_shapes for a large model) are freed here
+    // Each part (megabytes of tensor_shapes and vocabulary for a large model) is freed as soon
+    // as it is written.
+    AppendAprMetadata(metadata_json, std::move(metadata));
+  }
   try {
     result.plan = BuildAprPlan(std::move(metadata_json), tensors);
   } catch (const FormatError& e) {

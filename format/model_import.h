@@ -27,8 +27,9 @@ ImportedModel ImportShardSet(const ShardSet& set);
 // dropping the index and each shard's tensor list once used: for a model of 100k tensors, the
 // difference between holding them twice or once. `set` keeps its shard files, config and
 // metadata; its tensors, index and tokenizer are gone (also when this throws). `released`,
-// when given, is called once they are, before the plan's large buffers are written: the
-// caller can hand the freed heap back to the system there (format/ itself does no such thing).
+// when given, is called each time a large part of them has been freed (the tensor lists, then
+// the tokenizer), before the plan's large buffers are written: the caller can hand the freed
+// heap back to the system there (format/ itself does no such thing).
 ImportedModel ImportShardSet(ShardSet&& set, const std::function<void()>& released = nullptr);
 
 // The metadata alone (exposed for tests and `aprfs inspect`). `tensors` gives tensor_shapes.

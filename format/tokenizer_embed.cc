@@ -1,7 +1,6 @@
 #include "format/tokenizer_embed.h"
 
 #include <algorithm>
-#include <map>
 
 #include "format/error.h"
 
@@ -184,20 +183,23 @@ bool LooksLikeEos(std::string_view s) {
 }
 
 // BPE/WordPiece: `model.vocab` is {token: id}; added_tokens overlay it, the later one winning.
+// Written straight into the vector by id: a map of 128k tokens held 10 MB more, in the daemon.
 void VocabularyById(TokenizerReader& reader, const ModelConfig& config, EmbeddedTokenizer& out,
                     std::string_view file) {
-  std::map<uint64_t, std::string> by_id;
-  for (auto& [id, token] : reader.vocab_ids) by_id[id] = std::move(token);
-  for (auto& [id, token] : reader.added_tokens) by_id[id] = token;
-  if (by_id.empty()) return;
-  uint64_t size = std::max(config.vocab_size.value_or(0), by_id.rbegin()->first + 1);
+  if (reader.vocab_ids.empty() && reader.added_tokens.empty()) return;
+  uint64_t largest_id = 0;
+  for (const auto& [id, token] : reader.vocab_ids) largest_id = std::max(largest_id, id);
+  for (const auto& [id, token] : reader.added_tokens) largest_id = std::max(largest_id, id);
+  uint64_t size = std::max(config.vocab_size.value_or(0), largest_id + 1);
   if (size > kMaxVocabulary) {
     throw FormatError(std::string(file) + ": token id " + std::to_string(size - 1) +
                       " is beyond the supported vocabulary size of " +
                       std::to_string(kMaxVocabulary));
   }
   out.vocabulary.assign(size, "<unk>");
-  for (auto& [id, token] : by_id) out.vocabulary[id] = std::move(token);
+  for (auto& [id, token] : reader.vocab_ids) out.vocabulary[id] = std::move(token);
+  std::vector<std::pair<uint64_t, std::string>>().swap(reader.vocab_ids);
+  for (auto& [id, token] : reader.added_tokens) out.vocabulary[id] = token;
 }
 
 // Streams `text` through `reader`, retrying with Python's NaN/Infinity spellings rewritten

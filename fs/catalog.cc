@@ -243,6 +243,7 @@ std::shared_ptr<const BuiltModel> Catalog::Build(const ModelRef& ref, uint64_t f
                                     : LoadLocalModel(ref.dir, ref.name, ref.source_uri, &files);
     built->shard_count = loaded.sources.size();
     for (const Shard& shard : loaded.set.shards) built->shard_files.push_back(shard.file);
+    malloc_trim(0);  // the parses' text and scratch: megabytes the import below would sit on
     // The input's copies of every name are freed before the plan's buffers are written: hand
     // them back then, or they stay resident under the peak.
     ImportedModel imported = ImportShardSet(std::move(loaded.set), [] { malloc_trim(0); });
