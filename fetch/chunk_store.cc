@@ -135,6 +135,9 @@ std::shared_ptr<ChunkStore> ChunkStore::Open(const std::string& dir, uint64_t si
     PrepareFiles(dir, size, chunk_size, store->chunk_count_);
   }
   store->data_fd_ = OpenOrThrow(dir + "/data", O_RDWR);
+  // No readahead: readers are served whole FUSE requests (and the fetcher prefetches), and
+  // pages read ahead past a served range would stay cached beside the .apr's copy.
+  ::posix_fadvise(store->data_fd_, 0, 0, POSIX_FADV_RANDOM);
   store->claims_fd_ = OpenOrThrow(dir + "/claims", O_RDWR | O_CREAT);
   store->evict_fd_ = OpenOrThrow(dir + "/claims", O_RDWR);
   store->map_file_ = bip::file_mapping((dir + "/map").c_str(), bip::read_write);

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -252,7 +253,16 @@ VerifyResult VerifyAndPublish(RemoteContext& context, RemoteFile& file,
     return context.fetcher().Stopping() || (callbacks.cancelled && callbacks.cancelled());
   };
   const std::vector<uint32_t> generations = store.Generations();
-  HashResult hash = Sha256OfRange(store.data_fd(), 0, blob.size, store.dir() + "/data", hashing);
+  // Its own descriptor: the hash's sequential readahead must not become the readers'.
+  const std::string data_path = store.dir() + "/data";
+  const int hash_fd = ::open(data_path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (hash_fd < 0) {
+    const std::string error = data_path + ": " + std::strerror(errno);
+    spdlog::error("{}: cannot verify: {}", file.name(), error);
+    return {VerifyResult::Verdict::Error, "cannot verify: " + error};
+  }
+  HashResult hash = Sha256OfRange(hash_fd, 0, blob.size, data_path, hashing);
+  ::close(hash_fd);
   if (hash.cancelled) return {VerifyResult::Verdict::Cancelled, "cancelled"};  // next time
   if (!hash.ok()) {
     spdlog::error("{}: cannot verify: {}", file.name(), hash.error);

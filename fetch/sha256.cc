@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <openssl/evp.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,6 +11,8 @@
 #include <memory>
 #include <stdexcept>
 #include <vector>
+
+#include "fetch/page_cache.h"
 
 namespace aprfs {
 namespace {
@@ -84,6 +87,8 @@ HashResult Sha256OfRange(int fd, uint64_t offset, uint64_t length, const std::st
     // Advisory only: a failure just means no extra readahead.
     (void)::posix_fadvise(fd, static_cast<off_t>(offset), static_cast<off_t>(length),
                           POSIX_FADV_SEQUENTIAL);
+    struct stat st;
+    const uint64_t file_size = ::fstat(fd, &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
     Digest digest(EVP_sha256());
     std::vector<char> buffer(static_cast<size_t>(std::min<uint64_t>(kHashReadSize, length)));
     uint64_t hashed = 0;
@@ -100,6 +105,9 @@ HashResult Sha256OfRange(int fd, uint64_t offset, uint64_t length, const std::st
                       " failed: " + std::strerror(errno));
       }
       digest.Update(buffer.data(), static_cast<size_t>(n));
+      // Hashing is the last use of these bytes here (readers have them in the .apr's own page
+      // cache): keeping them would cache a downloaded shard twice.
+      DropServedRange(fd, offset + hashed, static_cast<size_t>(n), file_size);
       hashed += static_cast<uint64_t>(n);
       if (static_cast<size_t>(n) < want) {
         return Failed(name + ": file ends at offset " + std::to_string(offset + hashed) +

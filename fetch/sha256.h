@@ -32,7 +32,7 @@ struct HashResult {
 
 // SHA-256 of bytes [offset, offset + length) of `fd`, read with pread (the descriptor's file
 // offset is untouched). A file that ends before the range does is an error. `name` (a path)
-// is used in error messages only.
+// is used in error messages only. The hashed pages are dropped from the page cache.
 HashResult Sha256OfRange(int fd, uint64_t offset, uint64_t length, const std::string& name,
                          const HashCallbacks& callbacks = {});
 

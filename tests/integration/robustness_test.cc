@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/integration/mount_fixture.h"
+#include "tests/support/page_cache_probe.h"
 
 namespace aprfs_itest {
 namespace {
@@ -420,23 +421,6 @@ TEST_F(MountTest, SecondOpenIsServedFromThePageCacheWithoutReachingTheDaemon) {
   fs::rename(blob + ".moved", blob);
 }
 
-// Bytes of `path` in the page cache (mincore over a read-only mapping).
-uint64_t ResidentBytes(const std::string& path) {
-  Fd fd(path, O_RDONLY);
-  uint64_t size = FileSize(path);
-  if (!fd.ok() || size == 0) return 0;
-  void* map = mmap(nullptr, size, PROT_READ, MAP_SHARED, fd.get(), 0);
-  if (map == MAP_FAILED) return 0;
-  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
-  std::vector<unsigned char> resident((size + page - 1) / page);
-  uint64_t bytes = 0;
-  if (mincore(map, size, resident.data()) == 0) {
-    for (unsigned char r : resident) bytes += (r & 1) ? page : 0;
-  }
-  munmap(map, size);
-  return bytes;
-}
-
 // One full read leaves the model in the page cache once: as the .apr's pages, not also as the
 // shards' (issue #5: page cache <= 1.1x the model).
 TEST_F(MountTest, FullReadCachesTheModelOnceNotAlsoAsShardPages) {
@@ -458,9 +442,9 @@ TEST_F(MountTest, FullReadCachesTheModelOnceNotAlsoAsShardPages) {
 
   uint64_t shards_resident = 0;
   for (const std::string& shard : model.ShardNames()) {
-    shards_resident += ResidentBytes(Model("once") + "/" + shard);
+    shards_resident += tw::ResidentBytes(Model("once") + "/" + shard);
   }
-  uint64_t apr_resident = ResidentBytes(MP("once.apr"));
+  uint64_t apr_resident = tw::ResidentBytes(MP("once.apr"));
   EXPECT_GT(apr_resident, bytes.size() * 9 / 10) << "the .apr's pages were not kept";
   EXPECT_LT(shards_resident + apr_resident, bytes.size() * 11 / 10)
       << shards_resident << " bytes of the " << shard_bytes << "-byte shards stayed cached "
