@@ -28,12 +28,13 @@ run_kind() {
     targets=(--target aprfs aprfs_unit_tests aprfs_fuse_tests aprfs_remote_tests)
     filter=(-R "$TSAN_TESTS")
   fi
+  local started=$SECONDS
   echo "== $kind: building $build"
   # -O1 -g1: quicker to build than -O2 -g, line numbers in reports, and assert() on.
   cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" \
     -DAPRFS_SANITIZE="$kind" >/dev/null
   cmake --build "$build" -j "$(nproc)" "${targets[@]}" >/dev/null
-  echo "== $kind: running the tests"
+  echo "== $kind: built in $((SECONDS - started)) s; running the tests"
   local status=0
   # Sanitized code is 2-10x slower: the load tests run shorter than in the normal build, and
   # two tests run at a time (most of a test's time is waiting for mounts and servers).
