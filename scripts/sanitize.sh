@@ -30,8 +30,12 @@ run_kind() {
   fi
   local started=$SECONDS
   echo "== $kind: building $build"
-  # -O1 -g1: quicker to build than -O2 -g, line numbers in reports, and assert() on.
-  cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" \
+  # -g1: line numbers in reports; no -DNDEBUG: assert() on. -Og for ASan + UBSan, whose checks
+  # made -O1 the slowest step of CI (a TU: 17 s at -O1, 12 s at -Og, 7 s unsanitized).
+  local optimize=-O1
+  if [ "$kind" = address ]; then optimize=-Og; fi
+  cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$optimize -g1" \
     -DAPRFS_SANITIZE="$kind" >/dev/null
   cmake --build "$build" -j "$(nproc)" "${targets[@]}" >/dev/null
   echo "== $kind: built in $((SECONDS - started)) s; running the tests"
