@@ -5,6 +5,7 @@
 #include <functional>
 #include <map>
 #include <type_traits>
+#include <utility>
 
 #include "format/error.h"
 #include "format/json_spelling.h"
@@ -253,15 +254,11 @@ ImportedModel Import(Set& set, const std::function<void()>& released) {
 
   std::string metadata_json;
   {
-    AprMetadata metadata;
-    if constexpr (consume) {
-      EmbeddedTokenizer tokenizer = std::move(set.tokenizer);
-      set.tokenizer = {};
-      metadata = ImportMetadata(set, result.param_count, result.tied_lm_head, tensors);
-      AddTokenizer(tokenizer, metadata.custom);
-    } else {
-      metadata = ImportMetadata(set, result.param_count, result.tied_lm_head, tensors);
-    }
+    // Consuming, the tokenizer is taken out first and spelled by the version that frees it.
+    EmbeddedTokenizer tokenizer;
+    if constexpr (consume) tokenizer = std::exchange(set.tokenizer, {});
+    AprMetadata metadata = ImportMetadata(set, result.param_count, result.tied_lm_head, tensors);
+    AddTokenizer(tokenizer, metadata.custom);  // empty (a no-op) when not consuming
     if (released) released();  // the tokenizer
     // Room for the header and the index behind the metadata: the plan is built in this buffer
     // (pages reserved but not written cost nothing).
