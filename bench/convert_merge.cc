@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "fetch/local_model.h"
-#include "format/crc32.h"
-#include "format/model_import.h"
+#include "format/apr/crc32.h"
+#include "format/views/model_import.h"
 
 namespace {
 

@@ -7,7 +7,7 @@
 #include <random>
 #include <string>
 
-#include "format/crc32.h"
+#include "format/apr/crc32.h"
 
 namespace {
 

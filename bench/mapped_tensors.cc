@@ -11,8 +11,8 @@
 #include <stdexcept>
 #include <string_view>
 
-#include "format/apr_reader.h"
-#include "format/safetensors_header.h"
+#include "format/apr/apr_reader.h"
+#include "format/safetensors/safetensors_header.h"
 
 namespace aprfs::bench {
 namespace {

@@ -7,7 +7,7 @@
 
 #include "fetch/byte_source.h"
 #include "fetch/local_file.h"
-#include "format/shard_set.h"
+#include "format/model/shard_set.h"
 
 namespace aprfs {
 

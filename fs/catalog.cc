@@ -11,7 +11,7 @@
 #include "fetch/hf_cache.h"
 #include "fetch/local_file.h"
 #include "fetch/local_model.h"
-#include "format/model_import.h"
+#include "format/views/model_import.h"
 
 namespace aprfs {
 namespace {

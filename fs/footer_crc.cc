@@ -4,7 +4,7 @@
 #include <cerrno>
 #include <memory>
 
-#include "format/crc32.h"
+#include "format/apr/crc32.h"
 
 namespace aprfs {
 

@@ -2,7 +2,7 @@
 // request into a Namespace or VirtualFile call and replies.
 #define FUSE_USE_VERSION 314
 #include "fs/fuse_adapter.h"
-#include "fs/mountinfo.h"
+#include "fs/mount/mountinfo.h"
 
 #include <fuse_lowlevel.h>
 #include <spdlog/spdlog.h>

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "fetch/byte_source.h"
-#include "format/apr_plan.h"
+#include "format/apr/apr_plan.h"
 #include "fs/footer_crc.h"
 
 namespace aprfs {

@@ -4,7 +4,7 @@
 #include <cstring>
 #include <string>
 
-#include "format/apr_reader.h"
+#include "format/apr/apr_reader.h"
 #include "format/error.h"
 
 using namespace aprfs;

@@ -5,9 +5,9 @@
 #include <string_view>
 
 #include "format/error.h"
-#include "format/model_config.h"
-#include "format/shard_set.h"
-#include "format/tokenizer_embed.h"
+#include "format/model/model_config.h"
+#include "format/model/shard_set.h"
+#include "format/model/tokenizer_embed.h"
 
 using namespace aprfs;
 

@@ -8,10 +8,10 @@
 #include <string>
 #include <string_view>
 
-#include "format/apr_reader.h"
+#include "format/apr/apr_reader.h"
 #include "format/error.h"
-#include "format/model_import.h"
-#include "format/safetensors_header.h"
+#include "format/views/model_import.h"
+#include "format/safetensors/safetensors_header.h"
 
 using namespace aprfs;
 

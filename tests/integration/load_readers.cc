@@ -18,7 +18,7 @@
 #include <sstream>
 
 #include "fetch/local_model.h"
-#include "format/model_import.h"
+#include "format/views/model_import.h"
 #include "fs/footer_crc.h"
 #include "tests/support/materialize.h"
 

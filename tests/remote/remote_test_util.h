@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "fetch/local_model.h"
-#include "format/model_import.h"
+#include "format/views/model_import.h"
 #include "tests/remote/remote_fixture.h"
 #include "tests/support/materialize.h"
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "format/apr_plan.h"
+#include "format/apr/apr_plan.h"
 
 namespace aprfs::testing {
 

@@ -2,8 +2,8 @@
 // AppendAprMetadata.
 #include <gtest/gtest.h>
 
-#include "format/apr_metadata.h"
-#include "format/apr_plan.h"
+#include "format/apr/apr_metadata.h"
+#include "format/apr/apr_plan.h"
 #include "format/error.h"
 
 namespace aprfs {

@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "format/apr_metadata.h"
-#include "format/apr_plan.h"
-#include "format/apr_reader.h"
+#include "format/apr/apr_metadata.h"
+#include "format/apr/apr_plan.h"
+#include "format/apr/apr_reader.h"
 #include "format/error.h"
 #include "tests/support/materialize.h"
 #include "tests/support/model_writer.h"

@@ -15,7 +15,7 @@
 
 #include "fetch/hf_cache.h"
 #include "fetch/local_model.h"
-#include "format/model_import.h"
+#include "format/views/model_import.h"
 #include "fs/catalog.h"
 #include "fs/namespace.h"
 #include "tests/support/model_writer.h"

@@ -1,6 +1,6 @@
 // The JSON config file (fs/config_file.h): every key, every wrong type, unknown keys, files
 // that are not JSON objects, and the default location.
-#include "fs/config_file.h"
+#include "fs/cli/config_file.h"
 
 #include <gtest/gtest.h>
 

@@ -7,11 +7,11 @@
 #include <string>
 #include <vector>
 
-#include "format/apr_metadata.h"
+#include "format/apr/apr_metadata.h"
 #include "format/error.h"
-#include "format/json_spelling.h"
-#include "format/model_config.h"
-#include "format/tokenizer_embed.h"
+#include "format/apr/json_spelling.h"
+#include "format/model/model_config.h"
+#include "format/model/tokenizer_embed.h"
 
 namespace aprfs {
 namespace {

@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "fetch/local_model.h"
-#include "format/apr_reader.h"
+#include "format/apr/apr_reader.h"
 #include "format/error.h"
-#include "format/model_import.h"
+#include "format/views/model_import.h"
 #include "tests/support/materialize.h"
 #include "tests/support/model_writer.h"
 

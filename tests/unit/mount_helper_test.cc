@@ -1,6 +1,6 @@
 // mount(8)'s helper call and -o options turned into `aprfs mount` arguments (fs/mount_helper.h),
 // and the /etc/fuse.conf rule for allow_other (fs/fuse_conf.h).
-#include "fs/mount_helper.h"
+#include "fs/cli/mount_helper.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -9,7 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "fs/fuse_conf.h"
+#include "fs/mount/fuse_conf.h"
 
 namespace aprfs {
 namespace {

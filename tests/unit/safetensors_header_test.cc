@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "format/dtype.h"
+#include "format/safetensors/dtype.h"
 #include "format/error.h"
-#include "format/safetensors_header.h"
+#include "format/safetensors/safetensors_header.h"
 #include "tests/support/model_writer.h"
 
 namespace aprfs {

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "fetch/local_model.h"
-#include "format/model_import.h"
+#include "format/views/model_import.h"
 #include "fs/virtual_file.h"
 #include "tests/support/materialize.h"
 #include "tests/support/model_writer.h"

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "format/error.h"
-#include "format/shard_set.h"
+#include "format/model/shard_set.h"
 
 namespace aprfs {
 namespace {

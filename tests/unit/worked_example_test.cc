@@ -4,9 +4,9 @@
 
 #include <cstring>
 
-#include "format/apr_metadata.h"
-#include "format/apr_plan.h"
-#include "format/crc32.h"
+#include "format/apr/apr_metadata.h"
+#include "format/apr/apr_plan.h"
+#include "format/apr/crc32.h"
 #include "tests/support/materialize.h"
 
 namespace aprfs {

@@ -1,0 +1,140 @@
+#include <spdlog/spdlog.h>
+
+#include <filesystem>
+
+#include "fetch/hf_cache.h"
+#include "fs/cli/config_file.h"
+#include "fs/cli/commands.h"
+#include "fs/cli/mount_helper.h"
+
+#include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/sinks/stdout_sinks.h>
+
+namespace aprfs {
+
+void SourceOptions::AddTo(CLI::App& app) {
+  app.add_option("--hf-cache", hf_cache,
+                 "Hugging Face hub cache to serve (default: $HF_HUB_CACHE, $HF_HOME/hub or "
+                 "~/.cache/huggingface/hub)");
+  app.add_flag("--no-hf-cache", no_hf_cache, "Do not serve models from the Hugging Face cache");
+  // One value per --source, so `--source DIR MOUNTPOINT` leaves the mountpoint alone.
+  app.add_option("--source", sources, "A model folder, or a folder of model folders (repeatable)")
+      ->allow_extra_args(false);
+  app.add_option("--repo", repos,
+                 "A Hub model read lazily over HTTP: ORG/NAME[@REVISION] (repeatable)")
+      ->allow_extra_args(false);
+  app.add_option("--config", config,
+                 "JSON config file (default: ~/.config/aprfs/config.json when it exists)");
+  app.add_option("--cache-dir", cache_dir,
+                 "Chunk and metadata cache of remote models (default: ~/.cache/aprfs)");
+  app.add_option("--cache-size", cache_size,
+                 "Size limit of the chunk cache, e.g. 100G (default: none); least recently "
+                 "used chunks are evicted");
+  app.add_option("--max-connections", max_connections,
+                 "Parallel HTTP connections for remote models (default: 8)")
+      ->check(CLI::Range(1, 256));
+}
+
+namespace {
+
+std::string DefaultCacheDir() {
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) return std::string(xdg) + "/aprfs";
+  const char* home = std::getenv("HOME");
+  return std::string(home ? home : "") + "/.cache/aprfs";
+}
+
+std::string Absolute(const std::string& path) {
+  std::error_code ec;
+  return std::filesystem::absolute(path, ec).string();
+}
+
+}  // namespace
+
+CatalogOptions SourceOptions::ToCatalogOptions() const {
+  ConfigFile file;
+  std::error_code ec;
+  if (!config.empty()) {
+    file = LoadConfigFile(config);
+  } else if (std::filesystem::exists(DefaultConfigPath(), ec)) {
+    file = LoadConfigFile(DefaultConfigPath());
+  }
+  CatalogOptions options;
+  if (!no_hf_cache && !file.no_hf_cache.value_or(false)) {
+    options.hf_cache = Absolute(!hf_cache.empty() ? hf_cache : file.hf_cache.value_or(DefaultHfHubCache()));
+  }
+  std::vector<std::string> all_sources = file.sources;
+  all_sources.insert(all_sources.end(), sources.begin(), sources.end());
+  for (const std::string& source : all_sources) options.sources.push_back(Absolute(source));
+  std::vector<std::string> all_repos = file.repos;
+  all_repos.insert(all_repos.end(), repos.begin(), repos.end());
+  for (const std::string& text : all_repos) {
+    std::optional<RemoteRepoSpec> spec = ParseRepoSpec(text);
+    if (!spec) {
+      throw std::runtime_error("--repo " + text + ": expected ORG/NAME[@REVISION] with a valid "
+                               "repo id (letters, digits, '-', '_', '.')");
+    }
+    options.repos.push_back(*spec);
+  }
+  if (options.repos.empty()) return options;
+  RemoteSettings& settings = options.remote;
+  settings.cache_dir = Absolute(!cache_dir.empty() ? cache_dir : file.cache_dir.value_or(DefaultCacheDir()));
+  std::string size = !cache_size.empty() ? cache_size : file.cache_size.value_or("");
+  if (!size.empty()) {
+    std::optional<uint64_t> bytes = ParseSize(size);
+    if (!bytes) throw std::runtime_error("--cache-size " + size + ": expected a size like 100G");
+    settings.cache_limit = *bytes;
+  }
+  settings.connections = max_connections ? max_connections : file.max_connections.value_or(8);
+  settings.hf_cache = options.hf_cache;
+  options.hub = HubConfig::FromEnvironment();
+  return options;
+}
+
+std::string HumanBytes(uint64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double value = static_cast<double>(bytes);
+  int unit = 0;
+  while (value >= 1024 && unit < 4) {
+    value /= 1024;
+    ++unit;
+  }
+  char text[32];
+  std::snprintf(text, sizeof(text), unit == 0 ? "%.0f %s" : "%.1f %s", value, units[unit]);
+  return text;
+}
+
+void SetUpLogging(const std::string& level, const std::string& file) {
+  std::shared_ptr<spdlog::logger> logger =
+      file.empty() ? std::make_shared<spdlog::logger>(
+                         "aprfs", std::make_shared<spdlog::sinks::stderr_sink_mt>())
+                   : std::make_shared<spdlog::logger>(
+                         "aprfs", std::make_shared<spdlog::sinks::basic_file_sink_mt>(file));
+  logger->set_pattern("%Y-%m-%d %H:%M:%S.%e %l %v");
+  logger->set_level(spdlog::level::from_str(level));
+  logger->flush_on(spdlog::level::info);
+  spdlog::set_default_logger(logger);
+}
+
+}  // namespace aprfs
+
+int main(int argc, char** argv) {
+  CLI::App app{"aprfs: sharded safetensors models as virtual APR v2 files"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "aprfs 0.1.0");
+  int exit_code = 0;
+  aprfs::RegisterMount(app, exit_code);
+  aprfs::RegisterUmount(app, exit_code);
+  aprfs::RegisterLs(app, exit_code);
+  aprfs::RegisterInspect(app, exit_code);
+  aprfs::RegisterStatus(app, exit_code);
+  aprfs::RegisterPrefetch(app, exit_code);
+  aprfs::RegisterVerify(app, exit_code);
+  aprfs::SetUpLogging("warn", "");
+  // mount(8)'s helper call and `aprfs mount -o source=...` become plain `aprfs mount` options.
+  aprfs::CommandLine line = aprfs::RewriteCommandLine(argc, argv);
+  if (line.exit_code >= 0) return line.exit_code;
+  std::vector<char*> args;
+  for (std::string& arg : line.argv) args.push_back(arg.data());
+  CLI11_PARSE(app, static_cast<int>(args.size()), args.data());
+  return exit_code;
+}
