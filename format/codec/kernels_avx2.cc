@@ -1,0 +1,4 @@
+#include "format/codec/kernels_isa.h"
+namespace aprfs::codec {
+const CodecKernels& Avx2Kernels() { return ScalarKernels(); }
+}  // namespace aprfs::codec
