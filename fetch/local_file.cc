@@ -53,6 +53,21 @@ int LocalFile::CheckUnchanged() {
 }
 
 int LocalFile::Read(uint64_t offset, size_t length, char* dst) {
+  int err = ReadKeepingCache(offset, length, dst);
+  if (err == 0) DropCached(offset, length);
+  return err;
+}
+
+void LocalFile::DropCached(uint64_t offset, uint64_t length) {
+  DropServedRange(fd_, offset, length, identity_.size);
+}
+
+std::string LocalFile::identity() const {
+  return "file:" + std::to_string(identity_.device) + ":" + std::to_string(identity_.inode) + ":" +
+         std::to_string(identity_.size) + ":" + std::to_string(identity_.mtime_ns);
+}
+
+int LocalFile::ReadKeepingCache(uint64_t offset, size_t length, char* dst) {
   if (offset > identity_.size || length > identity_.size - offset) return EIO;
   size_t done = 0;
   while (done < length) {
@@ -70,7 +85,6 @@ int LocalFile::Read(uint64_t offset, size_t length, char* dst) {
   int changed = CheckUnchanged();
   if (changed) return changed;
   if (done != length) return EIO;
-  DropServedRange(fd_, offset, length, identity_.size);
   return 0;
 }
 

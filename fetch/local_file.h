@@ -32,10 +32,13 @@ class LocalFile final : public ByteSource {
   ~LocalFile() override;
 
   int Read(uint64_t offset, size_t length, char* dst) override;
+  int ReadKeepingCache(uint64_t offset, size_t length, char* dst) override;
+  void DropCached(uint64_t offset, uint64_t length) override;
   uint64_t size() const override { return identity_.size; }
   const std::string& name() const override { return path_; }
+  std::string identity() const override;
 
-  const FileIdentity& identity() const { return identity_; }
+  const FileIdentity& file_identity() const { return identity_; }
   int fd() const { return fd_; }
   // EIO-or-0: does the file still match the identity the plan was built with?
   int CheckUnchanged();

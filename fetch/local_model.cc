@@ -40,6 +40,26 @@ std::vector<std::string> AllSafetensorsIn(const fs::path& dir) {
 
 }  // namespace
 
+Shard ReadShardHeader(ByteSource& source, const std::string& file) {
+  const std::string& path = source.name();
+  Shard shard;
+  shard.file = file;
+  shard.size = source.size();
+  std::string prefix(8, '\0');
+  size_t prefix_len = std::min<uint64_t>(8, shard.size);
+  if (source.Read(0, prefix_len, prefix.data()) != 0) {
+    throw FormatError(path + ": cannot read the header length");
+  }
+  prefix.resize(prefix_len);
+  uint64_t header_len = ParseSafetensorsHeaderLength(prefix, shard.size, path);
+  std::string header(header_len, '\0');
+  if (source.Read(8, header_len, header.data()) != 0) {
+    throw FormatError(path + ": cannot read the header");
+  }
+  shard.header = ParseSafetensorsHeader(header, shard.size, path);
+  return shard;
+}
+
 Shard ReadLocalShard(const std::string& dir, const std::string& file,
                      std::shared_ptr<LocalFile>& opened) {
   std::string path = (fs::path(dir) / file).string();
@@ -49,22 +69,7 @@ Shard ReadLocalShard(const std::string& dir, const std::string& file,
     throw FormatError("shard " + Quote(file) + " cannot be opened (" + e.code().message() + "): " +
                       path);
   }
-  Shard shard;
-  shard.file = file;
-  shard.size = opened->size();
-  std::string prefix(8, '\0');
-  size_t prefix_len = std::min<uint64_t>(8, shard.size);
-  if (opened->Read(0, prefix_len, prefix.data()) != 0) {
-    throw FormatError(path + ": cannot read the header length");
-  }
-  prefix.resize(prefix_len);
-  uint64_t header_len = ParseSafetensorsHeaderLength(prefix, shard.size, path);
-  std::string header(header_len, '\0');
-  if (opened->Read(8, header_len, header.data()) != 0) {
-    throw FormatError(path + ": cannot read the header");
-  }
-  shard.header = ParseSafetensorsHeader(header, shard.size, path);
-  return shard;
+  return ReadShardHeader(*opened, file);
 }
 
 std::string ReadSmallFile(const std::string& path, uint64_t max_bytes) {
@@ -87,42 +92,56 @@ bool FolderHasSafetensors(const std::string& dir) {
   return IsFile(fs::path(dir) / kWeightIndexFile) || !AllSafetensorsIn(dir).empty();
 }
 
-LoadedModel LoadLocalModel(const std::string& dir, const std::string& name,
-                           const std::optional<std::string>& source_uri,
-                           std::vector<std::string>* files) {
-  LoadedModel model;
-  model.set.name = name;
-  model.set.source = source_uri;
-  fs::path folder(dir);
+namespace {
 
-  std::vector<std::string> shard_files;
+// The model's small files (index, config, tokenizer) and the names of its shards.
+ShardSet ReadModelFiles(const std::string& dir, const std::string& name,
+                        const std::optional<std::string>& source_uri,
+                        std::vector<std::string>& shard_files) {
+  ShardSet set;
+  set.name = name;
+  set.source = source_uri;
+  fs::path folder(dir);
   fs::path index_path = folder / kWeightIndexFile;
   if (IsFile(index_path)) {
-    model.set.index =
-        ParseWeightIndex(ReadSmallFile(index_path.string(), kMaxJsonFile), index_path.string());
-    shard_files = model.set.index->shard_files;
+    set.index = ParseWeightIndex(ReadSmallFile(index_path.string(), kMaxJsonFile), index_path.string());
+    shard_files = set.index->shard_files;
   } else if (IsFile(folder / kSingleShardFile)) {
     shard_files = {std::string(kSingleShardFile)};
   } else {
     shard_files = AllSafetensorsIn(folder);
   }
   if (shard_files.empty()) throw FormatError(dir + ": no safetensors files");
-  if (files) {
-    *files = shard_files;
-    files->insert(files->end(), {std::string(kWeightIndexFile), "config.json", "tokenizer.json"});
-  }
-
   fs::path config_path = folder / "config.json";
   if (IsFile(config_path)) {
-    model.set.config =
-        ParseModelConfig(ReadSmallFile(config_path.string(), kMaxJsonFile), config_path.string());
+    set.config = ParseModelConfig(ReadSmallFile(config_path.string(), kMaxJsonFile), config_path.string());
   }
   fs::path tokenizer_path = folder / "tokenizer.json";
   if (IsFile(tokenizer_path)) {
-    model.set.tokenizer =
-        ParseTokenizerJson(ReadSmallFile(tokenizer_path.string(), kMaxJsonFile),
-                           model.set.config.value_or(DefaultModelConfig()),
-                           tokenizer_path.string());
+    set.tokenizer = ParseTokenizerJson(ReadSmallFile(tokenizer_path.string(), kMaxJsonFile),
+                                       set.config.value_or(DefaultModelConfig()),
+                                       tokenizer_path.string());
+  }
+  return set;
+}
+
+}  // namespace
+
+LoadedModel LoadLocalModel(const std::string& dir, const std::string& name,
+                           const std::optional<std::string>& source_uri,
+                           std::vector<std::string>* files) {
+  LoadedModel model;
+  std::vector<std::string> shard_files;
+  try {
+    model.set = ReadModelFiles(dir, name, source_uri, shard_files);
+  } catch (...) {
+    // What the model would be built from is still worth watching for changes.
+    if (files) *files = {std::string(kWeightIndexFile), "config.json", "tokenizer.json"};
+    throw;
+  }
+  if (files) {
+    *files = shard_files;
+    files->insert(files->end(), {std::string(kWeightIndexFile), "config.json", "tokenizer.json"});
   }
   // The shards last: the tokenizer's parse (megabytes for a large vocabulary) then does not
   // add to 100k parsed tensor entries.
@@ -133,6 +152,15 @@ LoadedModel LoadLocalModel(const std::string& dir, const std::string& name,
     model.set.shards.push_back(ReadLocalShard(dir, file, opened));
     model.sources.push_back(std::move(opened));
   }
+  model.reload = [dir, name, source_uri, shard_files, sources = model.sources] {
+    std::vector<std::string> now;
+    ShardSet set = ReadModelFiles(dir, name, source_uri, now);
+    if (now != shard_files) throw FormatError(dir + ": the model's shards changed since it was planned");
+    for (size_t i = 0; i < shard_files.size(); ++i) {
+      set.shards.push_back(ReadShardHeader(*sources[i], shard_files[i]));
+    }
+    return set;
+  };
   return model;
 }
 

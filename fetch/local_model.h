@@ -1,5 +1,6 @@
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -16,6 +17,10 @@ namespace aprfs {
 struct LoadedModel {
   ShardSet set;
   std::vector<std::shared_ptr<ByteSource>> sources;
+  // The same shard set again, for plans built later (a view first looked up long after the
+  // mount): the headers read through the same sources, the small files read again. Throws
+  // FormatError when the model's files no longer match the sources.
+  std::function<ShardSet()> reload;
 };
 
 // Which files of a folder make a model: the index's shards, else model.safetensors, else every
@@ -33,6 +38,8 @@ LoadedModel LoadLocalModel(const std::string& dir, const std::string& name,
 // Opens the shard `file` of `dir` and parses its header. Throws FormatError naming the path.
 Shard ReadLocalShard(const std::string& dir, const std::string& file,
                      std::shared_ptr<LocalFile>& opened);
+// Parses the header of shard `file` through its open source. Throws FormatError naming it.
+Shard ReadShardHeader(ByteSource& source, const std::string& file);
 
 // Reads a whole small file (config.json, tokenizer.json...); refuses files above `max_bytes`.
 std::string ReadSmallFile(const std::string& path, uint64_t max_bytes);

@@ -61,6 +61,10 @@ class RemoteFile final : public ByteSource, public std::enable_shared_from_this<
   int Read(uint64_t offset, size_t length, char* dst) override;
   uint64_t size() const override { return blob_.size; }
   const std::string& name() const override { return name_; }
+  std::string identity() const override {
+    return blob_.sha256.empty() ? "hub:" + blob_.repo_id + "@" + blob_.commit + "/" + blob_.path
+                                : "sha256:" + blob_.sha256;
+  }
 
   // Makes one chunk present without reading it (prefetch): 0, EIO when it cannot be fetched
   // within the read deadline, ECANCELED as soon as `cancelled` says so.

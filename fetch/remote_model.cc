@@ -329,23 +329,28 @@ std::optional<RemoteRepoSpec> ParseRepoSpec(const std::string& text) {
   return spec;
 }
 
-RemoteContext::RemoteContext(HubConfig hub, RemoteSettings settings)
+RemoteContext::RemoteContext(HubConfig hub, RemoteSettings settings, ChunkCache* chunks)
     : settings_(std::move(settings)),
       hub_(std::move(hub)),
-      chunks_(settings_.cache_dir + "/chunks", settings_.cache_limit),
+      own_chunks_(chunks ? nullptr
+                         : std::make_unique<ChunkCache>(settings_.cache_dir + "/chunks",
+                                                        settings_.cache_limit)),
+      chunks_(chunks ? chunks : own_chunks_.get()),
       fetcher_(settings_.connections) {}
 
-LoadedModel LoadRemoteModel(RemoteContext& context, const RemoteRepoSpec& spec) {
-  RepoRevision revision = ResolveRevision(context, spec);
-  LoadedModel model;
-  size_t slash = spec.repo_id.find('/');
-  model.set.name = slash == std::string::npos ? spec.repo_id : spec.repo_id.substr(slash + 1);
-  model.set.source = "hf://" + spec.repo_id;
+namespace {
 
-  std::vector<std::string> shard_files;
+// The repo's small files (index, config, tokenizer) and the names of its shards, from the
+// metadata cache when an earlier load fetched them.
+ShardSet ReadRepoFiles(RemoteContext& context, const RemoteRepoSpec& spec,
+                       const RepoRevision& revision, std::vector<std::string>& shard_files) {
+  ShardSet set;
+  size_t slash = spec.repo_id.find('/');
+  set.name = slash == std::string::npos ? spec.repo_id : spec.repo_id.substr(slash + 1);
+  set.source = "hf://" + spec.repo_id;
   if (const RepoFile* index = revision.Find(std::string(kWeightIndexFile))) {
-    model.set.index = ParseWeightIndex(SmallFile(context, revision, *index), index->path);
-    shard_files = model.set.index->shard_files;
+    set.index = ParseWeightIndex(SmallFile(context, revision, *index), index->path);
+    shard_files = set.index->shard_files;
   } else if (revision.Find(std::string(kSingleShardFile))) {
     shard_files = {std::string(kSingleShardFile)};
   } else {
@@ -360,18 +365,55 @@ LoadedModel LoadRemoteModel(RemoteContext& context, const RemoteRepoSpec& spec) 
   if (shard_files.empty()) {
     throw FormatError(spec.repo_id + "@" + revision.commit + ": no safetensors files in the repo");
   }
+  if (const RepoFile* config = revision.Find("config.json")) {
+    set.config = ParseModelConfig(SmallFile(context, revision, *config), "config.json");
+  }
+  if (const RepoFile* tokenizer = revision.Find("tokenizer.json")) {
+    set.tokenizer = ParseTokenizerJson(SmallFile(context, revision, *tokenizer),
+                                       set.config.value_or(DefaultModelConfig()), "tokenizer.json");
+  }
+  return set;
+}
+
+const RepoFile& ShardFile(const RepoRevision& revision, const RemoteRepoSpec& spec,
+                          const std::string& path) {
+  const RepoFile* file = revision.Find(path);
+  if (!file) {
+    throw FormatError(std::string(kWeightIndexFile) + ": shard " + Quote(path) +
+                      " is not a file of " + spec.repo_id + "@" + revision.commit);
+  }
+  return *file;
+}
+
+// A remote shard's header: from the metadata cache (or the Hub) by range, not through its
+// source, whose chunks are 8 MiB.
+Shard RemoteShardHeader(RemoteContext& context, const RemoteRepoSpec& spec,
+                        const RepoRevision& revision, const RepoFile& file) {
+  Shard shard;
+  shard.file = file.path;
+  shard.size = file.size;
+  std::string bytes = ShardHeaderBytes(context, revision, file);
+  std::string where = "hf://" + spec.repo_id + "/" + file.path;
+  shard.header = ParseSafetensorsHeader(std::string_view(bytes).substr(8), file.size, where);
+  return shard;
+}
+
+}  // namespace
+
+LoadedModel LoadRemoteModel(RemoteContext& context, const RemoteRepoSpec& spec) {
+  RepoRevision revision = ResolveRevision(context, spec);
+  LoadedModel model;
+  std::vector<std::string> shard_files;
+  ShardSet side = ReadRepoFiles(context, spec, revision, shard_files);
+  model.set.name = side.name;
+  model.set.source = side.source;
+  model.set.index = std::move(side.index);
 
   std::optional<std::string> branch;
   if (!IsCommitHash(spec.revision)) branch = spec.revision;
   for (const std::string& path : shard_files) {
-    const RepoFile* file = revision.Find(path);
-    if (!file) {
-      throw FormatError(std::string(kWeightIndexFile) + ": shard " + Quote(path) +
-                        " is not a file of " + spec.repo_id + "@" + revision.commit);
-    }
+    const RepoFile* file = &ShardFile(revision, spec, path);
     Shard shard;
-    shard.file = path;
-    shard.size = file->size;
     if (auto local = LocalCopy(context, revision, *file)) {
       std::shared_ptr<LocalFile> source;
       shard = ReadLocalShard(fs::path(*local).parent_path().string(),
@@ -379,9 +421,7 @@ LoadedModel LoadRemoteModel(RemoteContext& context, const RemoteRepoSpec& spec) 
       shard.file = path;
       model.sources.push_back(std::move(source));
     } else {
-      std::string bytes = ShardHeaderBytes(context, revision, *file);
-      std::string where = "hf://" + spec.repo_id + "/" + path;
-      shard.header = ParseSafetensorsHeader(std::string_view(bytes).substr(8), file->size, where);
+      shard = RemoteShardHeader(context, spec, revision, *file);
       RemoteBlob blob{spec.repo_id, revision.commit, path, file->size, file->sha256.value_or("")};
       auto store = context.chunks().Store(file->etag(), file->size);
       std::function<void(RemoteFile&)> on_complete = [&context, branch](RemoteFile& done) {
@@ -410,14 +450,22 @@ LoadedModel LoadRemoteModel(RemoteContext& context, const RemoteRepoSpec& spec) 
     auto next = std::dynamic_pointer_cast<RemoteFile>(model.sources[i + 1]);
     if (current && next) current->SetNext(next);
   }
-  if (const RepoFile* config = revision.Find("config.json")) {
-    model.set.config = ParseModelConfig(SmallFile(context, revision, *config), "config.json");
-  }
-  if (const RepoFile* tokenizer = revision.Find("tokenizer.json")) {
-    model.set.tokenizer =
-        ParseTokenizerJson(SmallFile(context, revision, *tokenizer),
-                           model.set.config.value_or(DefaultModelConfig()), "tokenizer.json");
-  }
+  model.set.config = std::move(side.config);
+  model.set.tokenizer = std::move(side.tokenizer);
+  // Everything it reads is pinned by the commit and cached: a reload needs no network.
+  model.reload = [&context, spec, revision, shard_files, sources = model.sources] {
+    std::vector<std::string> now;
+    ShardSet set = ReadRepoFiles(context, spec, revision, now);
+    for (size_t i = 0; i < shard_files.size(); ++i) {
+      const RepoFile& file = ShardFile(revision, spec, shard_files[i]);
+      if (std::dynamic_pointer_cast<RemoteFile>(sources[i])) {
+        set.shards.push_back(RemoteShardHeader(context, spec, revision, file));
+      } else {
+        set.shards.push_back(ReadShardHeader(*sources[i], shard_files[i]));
+      }
+    }
+    return set;
+  };
   return model;
 }
 

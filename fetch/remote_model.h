@@ -38,16 +38,19 @@ struct RemoteSettings {
 
 class RemoteContext {
  public:
-  RemoteContext(HubConfig hub, RemoteSettings settings);
+  // `chunks`: the chunk cache to share (the daemon's, also holding computed chunks); null:
+  // one of its own in <cache_dir>/chunks.
+  RemoteContext(HubConfig hub, RemoteSettings settings, ChunkCache* chunks = nullptr);
   HubClient& hub() { return hub_; }
-  ChunkCache& chunks() { return chunks_; }
+  ChunkCache& chunks() { return *chunks_; }
   Fetcher& fetcher() { return fetcher_; }
   const RemoteSettings& settings() const { return settings_; }
 
  private:
   RemoteSettings settings_;
   HubClient hub_;
-  ChunkCache chunks_;
+  std::unique_ptr<ChunkCache> own_chunks_;
+  ChunkCache* chunks_;
   Fetcher fetcher_;  // last: its workers stop before the cache and the client go away
 };
 

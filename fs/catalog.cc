@@ -12,6 +12,7 @@
 #include "fetch/local_file.h"
 #include "fetch/local_model.h"
 #include "format/views/model_import.h"
+#include "fs/views/view_cache.h"
 
 namespace aprfs {
 namespace {
@@ -87,7 +88,7 @@ int64_t NewestMtime(const VirtualFile& file) {
   int64_t newest = 0;
   for (const auto& source : file.sources()) {
     if (auto* local = dynamic_cast<const LocalFile*>(source.get())) {
-      newest = std::max(newest, local->identity().mtime_ns);
+      newest = std::max(newest, local->file_identity().mtime_ns);
     }
   }
   return newest;
@@ -155,7 +156,16 @@ Catalog::Listing AssignNames(const std::vector<ModelRef>& refs) {
 }
 
 Catalog::Catalog(CatalogOptions options) : options_(std::move(options)) {
-  if (!options_.repos.empty()) remote_ = std::make_unique<RemoteContext>(options_.hub, options_.remote);
+  if (options_.computed_cache_dir) {
+    chunk_cache_ = std::make_unique<ChunkCache>(*options_.computed_cache_dir + "/chunks",
+                                                options_.cache_limit);
+    verdicts_ = std::make_unique<VerdictBook>(*options_.computed_cache_dir + "/views");
+  } else {
+    verdicts_ = std::make_unique<VerdictBook>();
+  }
+  if (!options_.repos.empty()) {
+    remote_ = std::make_unique<RemoteContext>(options_.hub, options_.remote, chunk_cache_.get());
+  }
 }
 
 namespace {
@@ -229,11 +239,12 @@ std::shared_ptr<const Catalog::Listing> Catalog::Scan(bool force) {
 
 std::shared_ptr<const BuiltModel> Catalog::Build(const ModelRef& ref, uint64_t file_id,
                                                  std::vector<std::string>& files,
-                                                 std::shared_ptr<ReadCounters> counters) const {
+                                                 const ViewCounters& counters) const {
   auto built = std::make_shared<BuiltModel>();
   built->ref = ref;
   built->file_id = file_id;
-  built->counters = std::move(counters);
+  built->counters = counters[ViewIndex(ViewKind::kApr)];
+  built->view_counters = counters;
   if (!ref.problem.empty()) {
     built->error = ref.problem;
     return built;
@@ -247,8 +258,14 @@ std::shared_ptr<const BuiltModel> Catalog::Build(const ModelRef& ref, uint64_t f
     // The input's copies of every name are freed before the plan's buffers are written: hand
     // them back then, or they stay resident under the peak.
     ImportedModel imported = ImportShardSet(std::move(loaded.set), [] { malloc_trim(0); });
-    built->file = std::make_shared<VirtualFile>(ref.name + ".apr", std::move(imported.plan),
-                                                std::move(loaded.sources));
+    const std::string file_name = ViewFileName(ref.name, ViewKind::kApr);
+    ComputeSettings compute = ComputedStorage(imported.plan, loaded.sources, ViewKind::kApr,
+                                              chunk_cache_.get(), file_name);
+    built->file = std::make_shared<VirtualFile>(file_name, std::move(imported.plan), loaded.sources,
+                                                built->counters, std::move(compute));
+    built->views = std::make_shared<ModelViews>(ref.name, std::move(loaded.sources),
+                                                std::move(loaded.reload), built->file, counters,
+                                                chunk_cache_.get(), verdicts_.get());
     built->mtime_ns = NewestMtime(*built->file);
     if (built->mtime_ns == 0) {  // nothing local yet: the time the model was first planned
       built->mtime_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -276,11 +293,13 @@ std::shared_ptr<const BuiltModel> Catalog::Get(const std::string& key) {
   }
   std::lock_guard build_lock(slot->build_mu);
   std::string fingerprint = Fingerprint(*slot);
-  if (!slot->built || fingerprint != slot->built_fingerprint) {
+  const bool stale = slot->built && slot->built->views && slot->built->views->Stale();
+  if (!slot->built || fingerprint != slot->built_fingerprint || stale) {
     uint64_t file_id;
     {
       std::lock_guard lock(mu_);
-      file_id = next_file_id_++;
+      file_id = next_file_id_;
+      next_file_id_ += kViewCount;  // one inode per view
     }
     std::vector<std::string> watched = slot->files;
     {

@@ -10,7 +10,9 @@
 #include <vector>
 
 #include "fetch/remote_model.h"
+#include "format/views/view_kind.h"
 #include "fs/read_counters.h"
+#include "fs/views/model_views.h"
 #include "fs/virtual_file.h"
 
 namespace aprfs {
@@ -24,6 +26,13 @@ struct CatalogOptions {
   RemoteSettings remote;                // caches and connections for the --repo models
   // How long a scan of the sources stays fresh before a lookup or a listing rescans them.
   std::chrono::milliseconds rescan_interval{1000};
+  // The views a folder listing shows (every view resolves on lookup whatever this says).
+  std::vector<ViewKind> listed_views = {ViewKind::kApr, ViewKind::kQ4k};
+  // Where computed chunks (<dir>/chunks, beside the remote ones, under the same size limit)
+  // and single-file value checks (<dir>/views) are kept; nullopt: nothing computed is stored,
+  // every computed byte is recomputed on demand.
+  std::optional<std::string> computed_cache_dir;
+  uint64_t cache_limit = 0;  // bytes of chunks; 0 = no limit
 };
 
 // One model the sources offer, before its plan is built.
@@ -43,13 +52,16 @@ struct ModelRef {
 // A model whose plan was built, or the reason it was rejected.
 struct BuiltModel {
   ModelRef ref;
-  std::shared_ptr<VirtualFile> file;  // null when rejected
+  std::shared_ptr<VirtualFile> file;  // the .apr; null when rejected
+  std::shared_ptr<ModelViews> views;  // every file of the model, the .apr included
   std::string error;
-  uint64_t file_id = 0;               // changes whenever the model's files change
+  // The .apr's inode; view v is file_id + ViewIndex(v). Changes whenever the model's files do.
+  uint64_t file_id = 0;
   int64_t mtime_ns = 0;               // newest mtime of the shards
   size_t shard_count = 0;
   std::vector<std::string> shard_files;  // relative to the model, in the order of file->sources()
-  std::shared_ptr<ReadCounters> counters;  // the model's, shared by all its builds
+  std::shared_ptr<ReadCounters> counters;  // the .apr's, shared by all the model's builds
+  ViewCounters view_counters;              // each view's (view_counters[0] == counters)
 };
 
 // The models the sources hold, under the names of design.md ("phi-4.apr" and
@@ -79,7 +91,7 @@ class Catalog {
   struct ModelView {
     ModelRef ref;
     std::shared_ptr<const BuiltModel> built;
-    std::shared_ptr<ReadCounters> counters;
+    ViewCounters counters;  // each view's, the .apr's first
     bool building = false;  // a build is running now
   };
   std::vector<ModelView> Models();
@@ -87,6 +99,8 @@ class Catalog {
   const CatalogOptions& options() const { return options_; }
   // The download workers and caches of --repo models; null without any.
   RemoteContext* remote() const { return remote_.get(); }
+  // The chunk cache (remote and computed chunks); null when nothing is cached.
+  ChunkCache* chunk_cache() const { return chunk_cache_.get(); }
 
  private:
   struct Slot {
@@ -95,7 +109,11 @@ class Catalog {
     std::shared_ptr<const BuiltModel> built;
     std::string built_fingerprint;
     std::vector<std::string> files;  // what the last build read, relative to ref.dir
-    std::shared_ptr<ReadCounters> counters = std::make_shared<ReadCounters>();
+    ViewCounters counters = [] {
+      ViewCounters counters;
+      for (auto& view : counters) view = std::make_shared<ReadCounters>();
+      return counters;
+    }();
     // A copy of `built` for Models(), which must not wait for a build holding build_mu.
     std::mutex view_mu;
     std::shared_ptr<const BuiltModel> view;
@@ -107,9 +125,11 @@ class Catalog {
   std::vector<ModelRef> Discover() const;
   std::shared_ptr<const BuiltModel> Build(const ModelRef& ref, uint64_t file_id,
                                           std::vector<std::string>& files,
-                                          std::shared_ptr<ReadCounters> counters) const;
+                                          const ViewCounters& counters) const;
 
   const CatalogOptions options_;
+  std::unique_ptr<ChunkCache> chunk_cache_;  // when computed_cache_dir is set
+  std::unique_ptr<VerdictBook> verdicts_;
   std::unique_ptr<RemoteContext> remote_;  // download workers: only when there are --repo models
   std::mutex mu_;
   std::chrono::steady_clock::time_point last_scan_{};

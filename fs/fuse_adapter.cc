@@ -73,9 +73,11 @@ double AttrTimeout(const Namespace::Attr& attr) {
   return attr.is_dir ? kDirAttrTimeout : kFileAttrTimeout;
 }
 
-// What an open file handle (fi->fh) holds: a model's .apr, or a snapshot of a control file.
+// What an open file handle (fi->fh) holds: a file of a model (with the model, which keeps it
+// alive), or a snapshot of a control file.
 struct OpenFile {
   std::shared_ptr<const BuiltModel> model;
+  std::shared_ptr<VirtualFile> file;
   std::string snapshot;
 };
 
@@ -166,11 +168,18 @@ void OnOpen(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
     fi->direct_io = 1;
     fi->keep_cache = 0;
   } else {
-    handle->model = Ns(req).OpenModel(ino);
-    if (!handle->model) {
+    std::optional<Namespace::OpenedFile> opened = Ns(req).OpenView(ino);
+    if (!opened) {
       fuse_reply_err(req, ENOENT);
       return;
     }
+    // What must hold before the first byte (a computed view may check the model's values).
+    if (int err = opened->file->Prepare()) {
+      fuse_reply_err(req, err);
+      return;
+    }
+    handle->model = std::move(opened->model);
+    handle->file = std::move(opened->file);
     fi->keep_cache = 1;  // the content behind an inode never changes
   }
   fi->fh = reinterpret_cast<uint64_t>(handle.get());
@@ -201,12 +210,12 @@ void ReadSnapshot(fuse_req_t req, const std::string& snapshot, size_t size, off_
 void OnRead(fuse_req_t req, fuse_ino_t /*ino*/, size_t size, off_t offset,
             struct fuse_file_info* fi) {
   OpenFile& handle = Handle(fi);
-  if (!handle.model) {
+  if (!handle.file) {
     ReadSnapshot(req, handle.snapshot, size, offset);
     return;
   }
-  VirtualFile& file = *handle.model->file;
-  ReadCounters& counters = *handle.model->counters;
+  VirtualFile& file = *handle.file;
+  ReadCounters& counters = file.counters();
   // One buffer per worker thread, reused: memory stays bounded by threads x max request.
   thread_local std::unique_ptr<char[]> buffer;
   thread_local size_t capacity = 0;

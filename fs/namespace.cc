@@ -18,8 +18,27 @@ Namespace::Attr Namespace::DirAttr(uint64_t inode) const {
   return {inode, true, 0, mount_time_ns_};
 }
 
-Namespace::Attr Namespace::FileAttr(const BuiltModel& model) {
-  return {model.file_id, false, model.file->size(), model.mtime_ns};
+Namespace::Attr Namespace::FileAttr(const BuiltModel& model, ViewKind view, const VirtualFile& file) {
+  return {model.file_id + ViewIndex(view), false, file.size(), model.mtime_ns};
+}
+
+std::optional<Namespace::OpenedFile> Namespace::Resolve(
+    const std::map<std::string, std::string>& files, const std::string& name) {
+  // A model's own name first: "x.q4k.apr" is the .apr of a model named "x.q4k" if there is one.
+  auto plain = files.find(name);
+  std::optional<std::pair<std::string, ViewKind>> split;
+  if (plain == files.end()) {
+    split = SplitViewFileName(name);
+    if (!split || split->second == ViewKind::kApr) return std::nullopt;
+    plain = files.find(ViewFileName(split->first, ViewKind::kApr));
+    if (plain == files.end()) return std::nullopt;
+  }
+  std::shared_ptr<const BuiltModel> model = Valid(plain->second);
+  if (!model) return std::nullopt;
+  const ViewKind view = split ? split->second : ViewKind::kApr;
+  std::shared_ptr<VirtualFile> file = model->views->Get(view);
+  if (!file) return std::nullopt;
+  return OpenedFile{model, view, file};
 }
 
 uint64_t Namespace::OrgInode(const std::string& org) {
@@ -123,15 +142,16 @@ std::optional<Namespace::Attr> Namespace::Lookup(uint64_t parent, const std::str
     if (org == listing->org_files.end()) return std::nullopt;
     files = &org->second;
   }
-  auto file = files->find(name);
-  if (file == files->end()) return std::nullopt;
-  std::shared_ptr<const BuiltModel> model = Valid(file->second);
-  if (!model) return std::nullopt;
+  std::optional<OpenedFile> opened = Resolve(*files, name);
+  if (!opened) return std::nullopt;
+  const uint64_t inode = opened->model->file_id + ViewIndex(opened->view);
   std::lock_guard lock(mu_);
-  FileNode& node = files_[model->file_id];
-  node.model = model;
+  FileNode& node = files_[inode];
+  node.model = opened->model;
+  node.view = opened->view;
+  node.file = opened->file;
   ++node.lookups;
-  return FileAttr(*model);
+  return FileAttr(*opened->model, opened->view, *opened->file);
 }
 
 std::optional<Namespace::Attr> Namespace::GetAttr(uint64_t inode) {
@@ -140,7 +160,7 @@ std::optional<Namespace::Attr> Namespace::GetAttr(uint64_t inode) {
   if (inode == kRootInode || org_names_.count(inode)) return DirAttr(inode);
   auto it = files_.find(inode);
   if (it == files_.end()) return std::nullopt;
-  return FileAttr(*it->second.model);
+  return FileAttr(*it->second.model, it->second.view, *it->second.file);
 }
 
 void Namespace::Forget(uint64_t inode, uint64_t count) {
@@ -178,31 +198,37 @@ std::optional<std::vector<Namespace::Entry>> Namespace::List(uint64_t inode) {
     files = &org->second;
   }
   for (const auto& [name, key] : *files) {
-    if (auto model = Valid(key)) entries.push_back({name, FileAttr(*model)});
+    std::shared_ptr<const BuiltModel> model = Valid(key);
+    if (!model) continue;
+    // The .apr's name is the model's; its views are named after the model's name too.
+    std::string model_name = name.substr(0, name.size() - 4);
+    for (ViewKind view : catalog_.options().listed_views) {
+      if (std::shared_ptr<VirtualFile> file = model->views->Get(view)) {
+        entries.push_back({ViewFileName(model_name, view), FileAttr(*model, view, *file)});
+      }
+    }
   }
   return entries;
 }
 
-std::shared_ptr<VirtualFile> Namespace::Open(uint64_t inode) {
+std::optional<Namespace::OpenedFile> Namespace::OpenView(uint64_t inode) {
   std::lock_guard lock(mu_);
   auto it = files_.find(inode);
-  if (it == files_.end()) return nullptr;
-  return it->second.model->file;
+  if (it == files_.end()) return std::nullopt;
+  return OpenedFile{it->second.model, it->second.view, it->second.file};
 }
 
-std::shared_ptr<const BuiltModel> Namespace::OpenModel(uint64_t inode) {
-  std::lock_guard lock(mu_);
-  auto it = files_.find(inode);
-  if (it == files_.end()) return nullptr;
-  return it->second.model;
+std::shared_ptr<VirtualFile> Namespace::Open(uint64_t inode) {
+  std::optional<OpenedFile> opened = OpenView(inode);
+  return opened ? opened->file : nullptr;
 }
 
 std::optional<std::vector<std::pair<std::string, std::string>>> Namespace::Xattrs(uint64_t inode) {
-  if (std::shared_ptr<const BuiltModel> model = OpenModel(inode)) {
+  if (std::optional<OpenedFile> opened = OpenView(inode)) {
     // The figures of this inode's build (a rebuilt model has another inode), read now.
-    ModelStatus status = CollectModelStatus(model->ref, model.get(), model->counters.get(),
-                                            /*building=*/false, {});
-    return ModelXattrs(status);
+    ModelStatus status = CollectModelStatus(opened->model->ref, opened->model.get(),
+                                            &opened->model->view_counters, /*building=*/false, {});
+    return ModelXattrs(status, opened->view);
   }
   if (GetAttr(inode)) return std::vector<std::pair<std::string, std::string>>{};
   return std::nullopt;

@@ -48,10 +48,16 @@ class Namespace {
   void Forget(uint64_t inode, uint64_t count);
   // The entries of a folder (valid models only), or nullopt when it is not a folder.
   std::optional<std::vector<Entry>> List(uint64_t inode);
-  // The file behind an inode the kernel looked up.
+  // A file the kernel looked up: its model (which keeps everything alive) and which of its
+  // views it is.
+  struct OpenedFile {
+    std::shared_ptr<const BuiltModel> model;
+    ViewKind view = ViewKind::kApr;
+    std::shared_ptr<VirtualFile> file;
+  };
+  std::optional<OpenedFile> OpenView(uint64_t inode);
+  // Just the file (null when the inode is unknown).
   std::shared_ptr<VirtualFile> Open(uint64_t inode);
-  // The model behind a file inode the kernel looked up (its file, counters...), or null.
-  std::shared_ptr<const BuiltModel> OpenModel(uint64_t inode);
   // A snapshot of a control file's content, or nullopt when the inode is not one.
   std::optional<std::string> ControlContent(uint64_t inode);
   // The extended attributes of an inode (a model's user.aprfs.*, none for folders), or
@@ -63,6 +69,8 @@ class Namespace {
  private:
   struct FileNode {
     std::shared_ptr<const BuiltModel> model;
+    ViewKind view = ViewKind::kApr;
+    std::shared_ptr<VirtualFile> file;
     uint64_t lookups = 0;
   };
   // Folders get inodes from a range models never reach.
@@ -73,7 +81,10 @@ class Namespace {
   std::optional<Attr> ControlAttr(uint64_t inode);
   std::optional<std::string> RenderControl(uint64_t inode);  // a fresh snapshot
   MountStatus Status();
-  static Attr FileAttr(const BuiltModel& model);
+  static Attr FileAttr(const BuiltModel& model, ViewKind view, const VirtualFile& file);
+  // The file `name` names in a folder of the listing (a model's .apr or one of its views).
+  std::optional<OpenedFile> Resolve(const std::map<std::string, std::string>& files,
+                                    const std::string& name);
   uint64_t OrgInode(const std::string& org);  // requires mu_
   // The valid model behind `key`, or null.
   std::shared_ptr<const BuiltModel> Valid(const std::string& key);

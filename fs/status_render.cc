@@ -38,9 +38,30 @@ json ShardJson(const ShardStatus& shard) {
           {"cache_error", OrNull(shard.cache_error)}};
 }
 
+json ViewJson(const ViewStatus& view) {
+  return {{"view", view.view},
+          {"file", view.file},
+          {"state", view.state},
+          {"error", view.error.empty() ? json(nullptr) : json(view.error)},
+          {"size", OrNull(view.size)},
+          {"bytes_read", view.bytes_read},
+          {"reads", view.reads},
+          {"errors", view.errors},
+          {"bytes_computed", view.bytes_computed},
+          {"source_bytes_encoded", view.source_bytes_encoded},
+          {"encode_seconds", static_cast<double>(view.encode_ns) / 1e9},
+          {"encode_bytes_per_second", view.EncodeBytesPerSecond()},
+          {"cache_hits", view.cache_hits},
+          {"cache_misses", view.cache_misses},
+          {"cache_stored_bytes", view.cache_stored_bytes},
+          {"cached_bytes", OrNull(view.cached_bytes)}};
+}
+
 json ModelJson(const ModelStatus& model) {
   json shards = json::array();
   for (const ShardStatus& shard : model.shards) shards.push_back(ShardJson(shard));
+  json views = json::array();
+  for (const ViewStatus& view : model.views) views.push_back(ViewJson(view));
   json out = {{"name", model.names.empty() ? json(nullptr) : json(model.names.front())},
               {"names", model.names},
               {"key", model.key},
@@ -62,7 +83,8 @@ json ModelJson(const ModelStatus& model) {
               {"chunks_fetched", model.chunks_fetched},
               {"cache_errors", model.cache_errors},
               {"in_flight", model.in_flight},
-              {"queued", {{"demand", model.queued_demand}, {"prefetch", model.queued_prefetch}}}};
+              {"queued", {{"demand", model.queued_demand}, {"prefetch", model.queued_prefetch}}},
+              {"views", views}};
   if (model.requested_revision) out["requested_revision"] = *model.requested_revision;
   return out;
 }
@@ -117,6 +139,22 @@ class MetricsWriter {
     for (const ModelStatus& model : status.models) {
       if (std::optional<uint64_t> value = figure(model)) {
         samples.push_back({ModelLabel(model), std::to_string(*value)});
+      }
+    }
+    Family(name, type, help, samples);
+  }
+  // One sample per planned view of a model, labelled with the model and the view.
+  void PerView(const MountStatus& status, const std::string& name, const std::string& type,
+               const std::string& help,
+               const std::function<std::optional<double>(const ViewStatus&)>& figure) {
+    std::vector<Sample> samples;
+    for (const ModelStatus& model : status.models) {
+      for (const ViewStatus& view : model.views) {
+        if (view.state == "not-planned" && view.bytes_read == 0) continue;
+        if (std::optional<double> value = figure(view)) {
+          samples.push_back({ModelLabel(model) + ",view=\"" + EscapeLabel(view.view) + "\"",
+                             Number(*value)});
+        }
       }
     }
     Family(name, type, help, samples);
@@ -229,19 +267,64 @@ std::string RenderMetrics(const MountStatus& status) {
   }
   w.Family("aprfs_fetches_queued", "gauge", "Chunks waiting for a download worker, by why.",
            queued);
+  w.PerView(status, "aprfs_view_read_bytes_total", "counter", "Bytes served to readers of each file of a model.",
+            [](const ViewStatus& v) { return std::optional<double>(v.bytes_read); });
+  w.PerView(status, "aprfs_view_computed_bytes_total", "counter", "Bytes encoded for computed views.",
+            [](const ViewStatus& v) { return std::optional<double>(v.bytes_computed); });
+  w.PerView(status, "aprfs_view_encoded_source_bytes_total", "counter",
+            "Source bytes consumed by the encoders of computed views.",
+            [](const ViewStatus& v) { return std::optional<double>(v.source_bytes_encoded); });
+  w.PerView(status, "aprfs_view_encode_seconds_total", "counter",
+            "Thread time spent reading and encoding computed bytes.",
+            [](const ViewStatus& v) { return std::optional<double>(static_cast<double>(v.encode_ns) / 1e9); });
+  w.PerView(status, "aprfs_view_cache_hits_total", "counter",
+            "Computed chunks served from the computed-chunk cache.",
+            [](const ViewStatus& v) { return std::optional<double>(v.cache_hits); });
+  w.PerView(status, "aprfs_view_cache_misses_total", "counter",
+            "Computed chunks computed because the cache did not have them.",
+            [](const ViewStatus& v) { return std::optional<double>(v.cache_misses); });
+  w.PerView(status, "aprfs_view_cached_bytes", "gauge", "Computed bytes held in the cache.",
+            [](const ViewStatus& v) {
+              return v.cached_bytes ? std::optional<double>(*v.cached_bytes) : std::nullopt;
+            });
   return w.Take();
 }
 
-std::vector<std::pair<std::string, std::string>> ModelXattrs(const ModelStatus& model) {
+std::vector<std::pair<std::string, std::string>> ModelXattrs(const ModelStatus& model,
+                                                            ViewKind view) {
   std::vector<std::pair<std::string, std::string>> attrs;
+  const ViewStatus* file = nullptr;
+  for (const ViewStatus& candidate : model.views) {
+    if (candidate.view == ViewName(view)) file = &candidate;
+  }
   attrs.emplace_back("user.aprfs.key", model.key);
   attrs.emplace_back("user.aprfs.source", model.source);
   if (model.revision) attrs.emplace_back("user.aprfs.revision", *model.revision);
   if (model.size) attrs.emplace_back("user.aprfs.size", std::to_string(*model.size));
   attrs.emplace_back("user.aprfs.shards", std::to_string(model.shards.size()));
   attrs.emplace_back("user.aprfs.cached_bytes", std::to_string(model.cached_bytes));
-  attrs.emplace_back("user.aprfs.bytes_read", std::to_string(model.bytes_read));
   attrs.emplace_back("user.aprfs.bytes_fetched", std::to_string(model.bytes_fetched));
+  attrs.emplace_back("user.aprfs.view", std::string(ViewName(view)));
+  if (!file) {
+    attrs.emplace_back("user.aprfs.bytes_read", std::to_string(model.bytes_read));
+    return attrs;
+  }
+  // The figures of this file (the .apr's are the model's).
+  if (file->size) {
+    for (auto& [key, value] : attrs) {
+      if (key == "user.aprfs.size") value = std::to_string(*file->size);
+    }
+  }
+  attrs.emplace_back("user.aprfs.bytes_read", std::to_string(file->bytes_read));
+  attrs.emplace_back("user.aprfs.bytes_computed", std::to_string(file->bytes_computed));
+  char rate[32];
+  std::snprintf(rate, sizeof rate, "%.1f", file->EncodeBytesPerSecond() / 1e6);
+  attrs.emplace_back("user.aprfs.encode_mb_per_s", rate);
+  attrs.emplace_back("user.aprfs.cache_hits", std::to_string(file->cache_hits));
+  attrs.emplace_back("user.aprfs.cache_misses", std::to_string(file->cache_misses));
+  if (file->cached_bytes) {
+    attrs.emplace_back("user.aprfs.computed_cached_bytes", std::to_string(*file->cached_bytes));
+  }
   return attrs;
 }
 

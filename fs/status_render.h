@@ -16,8 +16,10 @@ std::string RenderStatusJson(const MountStatus& status);
 // TYPE before each family, counters named *_total, one `model` label per model).
 std::string RenderMetrics(const MountStatus& status);
 
-// The `user.aprfs.*` extended attributes of a model's .apr, as plain-text values, in a fixed
-// order. Attributes without a value (no known revision) are left out.
-std::vector<std::pair<std::string, std::string>> ModelXattrs(const ModelStatus& model);
+// The `user.aprfs.*` extended attributes of one file of a model (its .apr or a view), as
+// plain-text values, in a fixed order. Attributes without a value (no known revision) are left
+// out.
+std::vector<std::pair<std::string, std::string>> ModelXattrs(const ModelStatus& model,
+                                                            ViewKind view = ViewKind::kApr);
 
 }  // namespace aprfs

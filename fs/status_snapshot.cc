@@ -78,9 +78,46 @@ void CollectShard(const std::string& file, ByteSource& source, ModelStatus& mode
 
 }  // namespace
 
+namespace {
+
+ViewStatus CollectView(const ModelRef& ref, const BuiltModel* built, ViewKind view,
+                       const ReadCounters* counters) {
+  ViewStatus status;
+  status.view = ViewName(view);
+  status.file = ViewFileName(ref.name, view);
+  if (counters) {
+    status.bytes_read = counters->bytes_read.load();
+    status.reads = counters->reads.load();
+    status.errors = counters->errors.load();
+    status.bytes_computed = counters->bytes_computed.load();
+    status.source_bytes_encoded = counters->source_bytes_encoded.load();
+    status.encode_ns = counters->encode_ns.load();
+    status.cache_hits = counters->cache_hits.load();
+    status.cache_misses = counters->cache_misses.load();
+    status.cache_stored_bytes = counters->cache_stored_bytes.load();
+  }
+  status.state = "not-planned";
+  if (!built || !built->views) return status;
+  status.error = built->views->Error(view);
+  std::shared_ptr<VirtualFile> file = built->views->Planned(view);
+  if (!status.error.empty()) {
+    status.state = "refused";
+  } else if (file) {
+    status.state = built->views->Unchecked(view) ? "unchecked" : "ready";
+  }
+  if (file) {
+    status.size = file->size();
+    if (file->store()) status.cached_bytes = file->store()->PresentBytes();
+  }
+  return status;
+}
+
+}  // namespace
+
 ModelStatus CollectModelStatus(const ModelRef& ref, const BuiltModel* built,
-                               const ReadCounters* counters, bool building,
+                               const ViewCounters* view_counters, bool building,
                                std::vector<std::string> names) {
+  const ReadCounters* counters = view_counters ? (*view_counters)[0].get() : nullptr;
   ModelStatus model;
   model.names = std::move(names);
   model.key = ref.key;
@@ -106,6 +143,9 @@ ModelStatus CollectModelStatus(const ModelRef& ref, const BuiltModel* built,
     return model;
   }
   model.state = "ready";
+  for (ViewKind view : kAllViews) {
+    model.views.push_back(CollectView(ref, built, view, view_counters ? (*view_counters)[ViewIndex(view)].get() : nullptr));
+  }
   const VirtualFile& file = *built->file;
   model.size = file.size();
   model.tensors = file.plan().tensor_count;
@@ -145,7 +185,7 @@ MountStatus CollectStatus(Catalog& catalog, const MountFacts& facts) {
     for (const auto& [name, key] : files) names[key].push_back(org + "/" + name);
   }
   for (const Catalog::ModelView& view : views) {
-    status.models.push_back(CollectModelStatus(view.ref, view.built.get(), view.counters.get(),
+    status.models.push_back(CollectModelStatus(view.ref, view.built.get(), &view.counters,
                                                view.building, names[view.ref.key]));
   }
   return status;

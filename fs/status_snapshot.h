@@ -23,6 +23,32 @@ struct ShardStatus {
   std::optional<std::string> cache_error;  // remote shards: the last failure to store/publish
 };
 
+// One file of a model: its .apr or a computed view.
+struct ViewStatus {
+  std::string view;  // "apr", "q4k"...
+  std::string file;  // "phi-4.q4k.apr"
+  // "not-planned" (not looked up yet), "ready", "unchecked" (a single-file model's values not
+  // checked yet), "refused" (why in `error`)
+  std::string state;
+  std::string error;
+  std::optional<uint64_t> size;
+  uint64_t bytes_read = 0;
+  uint64_t reads = 0;
+  uint64_t errors = 0;
+  uint64_t bytes_computed = 0;        // encoded output bytes
+  uint64_t source_bytes_encoded = 0;  // source bytes the encoders consumed
+  uint64_t encode_ns = 0;             // thread time spent reading and encoding them
+  uint64_t cache_hits = 0;            // computed chunks served from the cache
+  uint64_t cache_misses = 0;          // computed chunks that had to be computed
+  uint64_t cache_stored_bytes = 0;
+  std::optional<uint64_t> cached_bytes;  // computed bytes in the cache now
+
+  // Source bytes consumed per second of encoding (0 before any).
+  double EncodeBytesPerSecond() const {
+    return encode_ns ? static_cast<double>(source_bytes_encoded) * 1e9 / static_cast<double>(encode_ns) : 0;
+  }
+};
+
 struct ModelStatus {
   // Paths in the mount: "phi-4.apr", "microsoft/phi-4.apr". A rejected model keeps the paths
   // it claims (it is shown once valid); a model that lost every name to others has none.
@@ -49,6 +75,7 @@ struct ModelStatus {
   uint64_t in_flight = 0;        // chunks being downloaded now
   uint64_t queued_demand = 0;    // chunks a reader waits for, not started yet
   uint64_t queued_prefetch = 0;  // read-ahead chunks not started yet
+  std::vector<ViewStatus> views;  // every view, planned or not
 
   // The name metrics label it with: the first path in the mount, else its key.
   std::string Label() const { return names.empty() ? key : names.front(); }
@@ -76,9 +103,9 @@ struct MountStatus {
 
 // Every model of the catalog (built or not), without building any.
 MountStatus CollectStatus(Catalog& catalog, const MountFacts& facts);
-// One model; `names` are its paths in the mount.
+// One model; `names` are its paths in the mount; `counters` its views' (the .apr's first).
 ModelStatus CollectModelStatus(const ModelRef& ref, const BuiltModel* built,
-                               const ReadCounters* counters, bool building,
+                               const ViewCounters* counters, bool building,
                                std::vector<std::string> names);
 
 }  // namespace aprfs

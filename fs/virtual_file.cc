@@ -1,19 +1,131 @@
 #include "fs/virtual_file.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <chrono>
+#include <cmath>
 #include <cstring>
 
 #include <spdlog/spdlog.h>
 
+#include "fetch/page_cache.h"
+#include "format/codec/kernels.h"
+#include "format/codec/reference.h"
+#include "fs/views/encode_pool.h"
+#include "fs/views/source_values.h"
+
 namespace aprfs {
+namespace {
+
+// Source elements one piece of computed work takes: big enough to amortize a read and a task,
+// small enough that a 1 MiB read is cut into pieces for every core.
+constexpr uint64_t kPieceElements = 256 * 1024;
+// Verbatim bytes read by one piece.
+constexpr uint64_t kVerbatimPiece = 4 << 20;
+
+uint64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+// One task of a read: verbatim source bytes, or units of a computed extent.
+struct VirtualFile::Piece {
+  const AprDataExtent* extent = nullptr;
+  uint64_t first_unit = 0;  // computed extents: units [first_unit, end_unit)
+  uint64_t end_unit = 0;
+  uint64_t begin = 0;       // the bytes wanted, relative to the extent
+  uint64_t end = 0;
+  char* dst = nullptr;      // where `begin` goes
+  float q8_scale = 0;
+};
 
 VirtualFile::VirtualFile(std::string name, AprPlan plan,
-                         std::vector<std::shared_ptr<ByteSource>> sources)
+                         std::vector<std::shared_ptr<ByteSource>> sources,
+                         std::shared_ptr<ReadCounters> counters, ComputeSettings compute)
     : name_(std::move(name)),
       plan_(std::move(plan)),
       sources_(std::move(sources)),
+      counters_(counters ? std::move(counters) : std::make_shared<ReadCounters>()),
+      compute_(std::move(compute)),
       crc_(plan_.footer_offset) {}
+
+int VirtualFile::Prepare() {
+  std::call_once(prepared_, [this] {
+    if (compute_.prepare) prepare_error_ = compute_.prepare();
+  });
+  return prepare_error_;
+}
+
+int VirtualFile::RunPiece(const Piece& piece) {
+  const AprDataExtent& extent = *piece.extent;
+  if (extent.codec == kVerbatim) {
+    return sources_[extent.source]->Read(extent.source_offset + piece.begin, piece.end - piece.begin,
+                                         piece.dst);
+  }
+  const uint64_t started = NowNs();
+  const TensorCodec& codec = plan_.codecs[extent.codec];
+  CodecScratch& scratch = ThreadCodecScratch();
+  const ElementRange range = UnitsSource(codec, piece.first_unit, piece.end_unit);
+  if (int err = ReadSourceValues(sources_, extent.source, extent.source_offset, codec, range, scratch)) {
+    return err;
+  }
+  const uint64_t out_begin = UnitOffset(codec, piece.first_unit);
+  const uint64_t out_end = UnitOffset(codec, piece.end_unit);
+  const bool whole = piece.begin == out_begin && piece.end == out_end;
+  if (!whole) scratch.out.resize(out_end - out_begin);
+  uint8_t* out = whole ? reinterpret_cast<uint8_t*>(piece.dst) : scratch.out.data();
+  EncodeUnits(codec, codec::BestKernels(), piece.first_unit, piece.end_unit, scratch.values.data(),
+              piece.q8_scale, scratch.staging, out);
+  if (!whole) std::memcpy(piece.dst, out + (piece.begin - out_begin), piece.end - piece.begin);
+  counters_->bytes_computed += out_end - out_begin;
+  counters_->source_bytes_encoded += range.count * SourceElementBytes(codec.from);
+  counters_->encode_ns += NowNs() - started;
+  return 0;
+}
+
+int VirtualFile::Q8Scale(uint32_t codec_index, const AprDataExtent& extent, float* scale) {
+  {
+    std::unique_lock lock(q8_mu_);
+    while (true) {
+      auto known = q8_scales_.find(codec_index);
+      if (known != q8_scales_.end()) {
+        *scale = known->second;
+        return 0;
+      }
+      if (q8_computing_.insert(codec_index).second) break;
+      q8_changed_.wait(lock);
+    }
+  }
+  // One pass over the tensor, in pieces on every core: max |x| folds in any order (NaN aside).
+  const TensorCodec& codec = plan_.codecs[codec_index];
+  const uint64_t elements = codec.elements();
+  const size_t pieces = static_cast<size_t>((elements + kPieceElements - 1) / kPieceElements);
+  std::vector<float> maxima(pieces, 0.0f);
+  std::atomic<int> error{0};
+  EncodePool::Shared().ParallelFor(pieces, [&](size_t i) {
+    const uint64_t first = i * kPieceElements;
+    const ElementRange range{first, std::min(kPieceElements, elements - first)};
+    CodecScratch& scratch = ThreadCodecScratch();
+    if (int err = ReadSourceValues(sources_, extent.source, extent.source_offset, codec, range, scratch)) {
+      int none = 0;
+      error.compare_exchange_strong(none, err);
+      return;
+    }
+    maxima[i] = codec::BestKernels().max_abs(scratch.values.data(), range.count, 0.0f);
+  });
+  float max_abs = 0.0f;
+  for (float m : maxima) max_abs = std::fmax(max_abs, m);
+  std::lock_guard lock(q8_mu_);
+  q8_computing_.erase(codec_index);
+  q8_changed_.notify_all();
+  if (error) return error;
+  *scale = q8_scales_[codec_index] = codec::AprQ8Scale(max_abs);
+  return 0;
+}
 
 int VirtualFile::ReadBody(uint64_t offset, size_t length, char* dst) {
   const uint64_t end = offset + length;
@@ -24,7 +136,8 @@ int VirtualFile::ReadBody(uint64_t offset, size_t length, char* dst) {
     offset += take;
     dst += take;
   }
-  // First extent that ends after `offset`.
+  // The extents and padding, cut into pieces that run on every core.
+  std::vector<Piece> pieces;
   auto it = std::upper_bound(plan_.extents.begin(), plan_.extents.end(), offset,
                              [](uint64_t value, const AprDataExtent& e) { return value < e.offset; });
   if (it != plan_.extents.begin() && std::prev(it)->offset + std::prev(it)->length > offset) --it;
@@ -36,16 +149,124 @@ int VirtualFile::ReadBody(uint64_t offset, size_t length, char* dst) {
       offset = next;
       continue;
     }
-    uint64_t take = std::min(end, it->offset + it->length) - offset;
-    ByteSource& source = *sources_[it->source];
-    if (int err = source.Read(it->source_offset + (offset - it->offset), take, dst)) {
-      spdlog::error("{}: read of {} bytes at {} from {} failed: {}", name_, take, offset,
-                    source.name(), std::strerror(err));
-      return err;
+    const AprDataExtent& extent = *it;
+    const uint64_t begin = offset - extent.offset;
+    const uint64_t stop = std::min(end, extent.offset + extent.length) - extent.offset;
+    if (extent.codec == kVerbatim) {
+      for (uint64_t at = begin; at < stop; at += kVerbatimPiece) {
+        pieces.push_back({&extent, 0, 0, at, std::min(stop, at + kVerbatimPiece), dst + (at - begin), 0});
+      }
+    } else {
+      const TensorCodec& codec = plan_.codecs[extent.codec];
+      float q8_scale = 0;
+      if (codec.to == Encoding::kAprQ8) {
+        if (int err = Q8Scale(extent.codec, extent, &q8_scale)) return err;
+      }
+      const uint64_t header = HeaderBytes(codec);
+      if (begin < header) {
+        uint8_t bytes[4];
+        EncodeHeader(codec, q8_scale, bytes);
+        std::memcpy(dst, bytes + begin, std::min(header, stop) - begin);
+      }
+      const UnitSpan units = UnitsCovering(codec, begin, stop);
+      const uint64_t per_piece = std::max<uint64_t>(1, kPieceElements / UnitElements(codec.to));
+      for (uint64_t first = units.first; first < units.end; first += per_piece) {
+        const uint64_t last = std::min(units.end, first + per_piece);
+        const uint64_t from = std::max(begin, UnitOffset(codec, first));
+        const uint64_t to = std::min(stop, UnitOffset(codec, last));
+        pieces.push_back({&extent, first, last, from, to, dst + (from - begin), q8_scale});
+      }
     }
-    dst += take;
-    offset += take;
+    dst += stop - begin;
+    offset = extent.offset + stop;
     ++it;
+  }
+  std::atomic<int> error{0};
+  EncodePool::Shared().ParallelFor(pieces.size(), [&](size_t i) {
+    if (int err = RunPiece(pieces[i])) {
+      int none = 0;
+      error.compare_exchange_strong(none, err);
+    }
+  });
+  if (error) {
+    spdlog::error("{}: read of {} bytes at {} failed: {}", name_, length, end - length,
+                  std::strerror(error));
+    return error;
+  }
+  // The computed pieces left their sources' pages cached (neighbouring pieces share folios);
+  // they are let go once the whole range is done.
+  for (const Piece& piece : pieces) {
+    const AprDataExtent& extent = *piece.extent;
+    if (extent.codec == kVerbatim) continue;
+    const TensorCodec& codec = plan_.codecs[extent.codec];
+    const ElementRange range = UnitsSource(codec, piece.first_unit, piece.end_unit);
+    const uint64_t element_bytes = SourceElementBytes(codec.from);
+    sources_[extent.source]->DropCached(extent.source_offset + range.first * element_bytes,
+                                        range.count * element_bytes);
+  }
+  return 0;
+}
+
+int VirtualFile::ReadChunk(uint64_t chunk, uint64_t offset, size_t length, char* dst) {
+  ChunkStore& store = *compute_.store;
+  while (true) {
+    if (store.Read(offset, length, dst) == 0) {
+      counters_->cache_hits++;
+      return 0;
+    }
+    // Computed once in this process: the kernel's readahead asks for neighbouring ranges of
+    // the same chunk at once.
+    std::unique_lock lock(chunks_mu_);
+    if (chunks_computing_.insert(chunk).second) break;
+    chunk_done_.wait(lock, [&] { return chunks_computing_.count(chunk) == 0; });
+  }
+  counters_->cache_misses++;
+  const uint64_t begin = store.ChunkBegin(chunk);
+  const uint64_t chunk_length = store.ChunkLength(chunk);
+  thread_local std::vector<char> buffer;
+  buffer.resize(chunk_length);
+  int err = ReadBody(begin, chunk_length, buffer.data());
+  if (err == 0) {
+    // Stored unless another process holds the chunk or the disk refuses: then just served.
+    if (std::unique_ptr<ChunkStore::Claim> claim = store.TryClaim(chunk);
+        claim && !store.Present(chunk)) {
+      if (compute_.cache) compute_.cache->Reserve(chunk_length);
+      int stored = store.Write(*claim, begin, std::string_view(buffer.data(), chunk_length));
+      if (stored == 0) stored = store.Commit(*claim);
+      if (stored != 0) store.Discard(*claim);
+      if (compute_.cache) compute_.cache->Release(chunk_length, stored == 0);
+      if (stored == 0) {
+        counters_->cache_stored_bytes += chunk_length;
+        DropServedRange(store.data_fd(), begin, chunk_length, store.size());
+      } else {
+        spdlog::debug("{}: computed chunk {} not stored: {}", name_, chunk, std::strerror(stored));
+      }
+    }
+    std::memcpy(dst, buffer.data() + (offset - begin), length);
+  }
+  std::lock_guard lock(chunks_mu_);
+  chunks_computing_.erase(chunk);
+  chunk_done_.notify_all();
+  return err;
+}
+
+int VirtualFile::ReadStored(uint64_t offset, size_t length, char* dst) {
+  ChunkStore* store = compute_.store.get();
+  if (store == nullptr || !AnyComputed(plan_, offset, offset + length)) {
+    return ReadBody(offset, length, dst);
+  }
+  const uint64_t end = offset + length;
+  while (offset < end) {
+    const uint64_t chunk = store->ChunkOf(offset);
+    const uint64_t chunk_begin = store->ChunkBegin(chunk);
+    const uint64_t chunk_end = chunk_begin + store->ChunkLength(chunk);
+    const size_t take = std::min(end, chunk_end) - offset;
+    // Chunks of verbatim bytes only are read from their sources, never stored.
+    int err = AnyComputed(plan_, chunk_begin, chunk_end) ? ReadChunk(chunk, offset, take, dst)
+                                                         : ReadBody(offset, take, dst);
+    if (err) return err;
+    offset += take;
+    dst += take;
   }
   return 0;
 }
@@ -53,17 +274,18 @@ int VirtualFile::ReadBody(uint64_t offset, size_t length, char* dst) {
 ssize_t VirtualFile::Read(uint64_t offset, size_t length, char* dst,
                           const CancelCheck& cancelled) {
   if (offset >= plan_.total_size) return 0;
+  if (int err = Prepare()) return -err;
   length = std::min<uint64_t>(length, plan_.total_size - offset);
   size_t body = offset < plan_.footer_offset
                     ? std::min<uint64_t>(length, plan_.footer_offset - offset)
                     : 0;
   if (body > 0) {
-    if (int err = ReadBody(offset, body, dst)) return -err;
+    if (int err = ReadStored(offset, body, dst)) return -err;
     crc_.Observe(offset, std::string_view(dst, body));
   }
   if (body < length) {  // the request reaches into the footer
     uint32_t crc = 0;
-    auto read = [this](uint64_t at, size_t n, char* out) { return ReadBody(at, n, out); };
+    auto read = [this](uint64_t at, size_t n, char* out) { return ReadStored(at, n, out); };
     if (int err = crc_.Compute(read, cancelled, &crc)) return -err;
     char footer[4];
     for (int i = 0; i < 4; ++i) footer[i] = static_cast<char>((crc >> (8 * i)) & 0xFF);

@@ -2,41 +2,92 @@
 
 #include <sys/types.h>
 
+#include <condition_variable>
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "fetch/byte_source.h"
+#include "fetch/chunk_cache.h"
+#include "fetch/chunk_store.h"
 #include "format/apr/apr_plan.h"
 #include "fs/footer_crc.h"
+#include "fs/read_counters.h"
 
 namespace aprfs {
 
-// The merged .apr file, served from its plan: the prefix from memory, tensor bytes from their
-// shard, padding as zeros, the footer from the CRC tracker. Thread-safe; no FUSE in here.
+// How a file with computed extents keeps what it computed, and what must hold before it serves.
+struct ComputeSettings {
+  // Computed chunks on disk, shared by processes and mounts (null: every byte is recomputed
+  // on demand), and the cache whose size limit they count against.
+  std::shared_ptr<ChunkStore> store;
+  ChunkCache* cache = nullptr;
+  // Run before the first byte is served (e.g. a scan of the values the file depends on):
+  // 0, or the errno every open then fails with.
+  std::function<int()> prepare;
+};
+
+// A file of a model (.apr or a computed view), served from its plan: the prefix from memory,
+// each extent's bytes from its source, verbatim or through its codec (encoded on every core),
+// padding as zeros, the footer from the CRC tracker. Thread-safe; no FUSE in here.
 class VirtualFile {
  public:
-  VirtualFile(std::string name, AprPlan plan, std::vector<std::shared_ptr<ByteSource>> sources);
+  VirtualFile(std::string name, AprPlan plan, std::vector<std::shared_ptr<ByteSource>> sources,
+              std::shared_ptr<ReadCounters> counters = nullptr, ComputeSettings compute = {});
 
   const std::string& name() const { return name_; }
   uint64_t size() const { return plan_.total_size; }
   const AprPlan& plan() const { return plan_; }
   const std::vector<std::shared_ptr<ByteSource>>& sources() const { return sources_; }
   FooterCrc& footer_crc() { return crc_; }
+  ReadCounters& counters() { return *counters_; }
+  const std::shared_ptr<ChunkStore>& store() const { return compute_.store; }
+
+  // What must hold before serving (see ComputeSettings::prepare): 0 or an errno. Cheap after
+  // the first call.
+  int Prepare();
 
   // Reads up to `length` bytes at `offset` (fewer only at end of file) into dst. Returns the
   // byte count or -errno; never a short read in the middle, never wrong bytes.
   ssize_t Read(uint64_t offset, size_t length, char* dst, const CancelCheck& cancelled = {});
 
  private:
-  // [offset, offset+length) entirely before the footer.
+  struct Piece;
+  // [offset, offset+length) entirely before the footer, through the computed-chunk store when
+  // it touches computed bytes.
+  int ReadStored(uint64_t offset, size_t length, char* dst);
+  // One chunk of the store: from it, or computed (once in this process) and stored.
+  int ReadChunk(uint64_t chunk, uint64_t offset, size_t length, char* dst);
+  // The same range, computed from the sources.
   int ReadBody(uint64_t offset, size_t length, char* dst);
+  int RunPiece(const Piece& piece);
+  // AprQ8's tensor-wide scale of the extent's codec (one pass over the tensor, remembered).
+  int Q8Scale(uint32_t codec, const AprDataExtent& extent, float* scale);
 
   std::string name_;
   AprPlan plan_;
   std::vector<std::shared_ptr<ByteSource>> sources_;
+  std::shared_ptr<ReadCounters> counters_;
+  ComputeSettings compute_;
   FooterCrc crc_;
+
+  std::once_flag prepared_;
+  int prepare_error_ = 0;
+
+  std::mutex q8_mu_;
+  std::condition_variable q8_changed_;
+  std::map<uint32_t, float> q8_scales_;  // by codec
+  std::set<uint32_t> q8_computing_;
+
+  std::mutex chunks_mu_;
+  std::condition_variable chunk_done_;
+  std::set<uint64_t> chunks_computing_;  // by this process
 };
 
 }  // namespace aprfs

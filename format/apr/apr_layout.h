@@ -18,6 +18,14 @@ inline constexpr size_t kAprMaxTensorName = 256;  // the writer's cap (MAX_TENSO
 inline constexpr size_t kAprMaxDims = 8;          // the writer's cap
 inline constexpr char kAprMagic[4] = {'A', 'P', 'R', '\0'};
 
+// The dtype codes the importer and the views write (apr-v2-format.md §6.1).
+inline constexpr uint8_t kAprF32 = 0;
+inline constexpr uint8_t kAprF16 = 1;
+inline constexpr uint8_t kAprQ4K = 12;
+inline constexpr uint8_t kAprBf16 = 30;
+inline constexpr uint8_t kAprQ4 = 128;
+inline constexpr uint8_t kAprQ8 = 129;
+
 constexpr uint64_t AlignUp64(uint64_t x) { return (x + 63) & ~uint64_t{63}; }
 
 struct AprHeaderFields {

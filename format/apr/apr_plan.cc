@@ -8,7 +8,18 @@
 namespace aprfs {
 namespace {
 
-void CheckTensor(const AprTensorSpec& tensor) {
+void CheckTensor(const AprTensorSpec& tensor, const std::vector<TensorCodec>& codecs) {
+  if (tensor.codec != kVerbatim) {
+    if (tensor.codec >= codecs.size()) {
+      throw FormatError("tensor " + Quote(tensor.name) + " refers to codec #" +
+                        std::to_string(tensor.codec) + " of " + std::to_string(codecs.size()));
+    }
+    if (EncodedSize(codecs[tensor.codec]) != tensor.size) {
+      throw FormatError("tensor " + Quote(tensor.name) + ": " + std::to_string(tensor.size) +
+                        " bytes planned, but its " + EncodingName(codecs[tensor.codec].to) +
+                        " encoding takes " + std::to_string(EncodedSize(codecs[tensor.codec])));
+    }
+  }
   if (tensor.name.size() > kAprMaxTensorName) {
     throw FormatError("tensor " + Quote(tensor.name) + ": name is " +
                       std::to_string(tensor.name.size()) +
@@ -31,7 +42,8 @@ std::vector<uint32_t> IndexOrder(const std::vector<AprTensorSpec>& tensors) {
 
 // Checks the tensors in data order and reports the first problem there: a name or shape the
 // format cannot hold, or a name seen before. `order` finds the repeats without a hash map.
-void CheckTensors(const std::vector<AprTensorSpec>& tensors, const std::vector<uint32_t>& order) {
+void CheckTensors(const std::vector<AprTensorSpec>& tensors, const std::vector<uint32_t>& order,
+                  const std::vector<TensorCodec>& codecs) {
   size_t first_repeat = tensors.size();  // data position of the earliest second occurrence
   for (size_t k = 1; k < order.size(); ++k) {
     if (tensors[order[k]].name == tensors[order[k - 1]].name &&
@@ -40,7 +52,7 @@ void CheckTensors(const std::vector<AprTensorSpec>& tensors, const std::vector<u
     }
   }
   for (size_t i = 0; i < tensors.size(); ++i) {
-    CheckTensor(tensors[i]);
+    CheckTensor(tensors[i], codecs);
     if (i == first_repeat) {
       throw FormatError("tensor " + Quote(tensors[i].name) +
                         " appears twice; APR names must be unique");
@@ -87,7 +99,8 @@ uint64_t AprIndexSize(const std::vector<AprTensorSpec>& tensors) {
 }
 
 AprPlan BuildAprPlan(std::string metadata_json,
-                     const std::vector<AprTensorSpec>& tensors_in_data_order) {
+                     const std::vector<AprTensorSpec>& tensors_in_data_order,
+                     std::vector<TensorCodec> codecs) {
   const std::vector<AprTensorSpec>& tensors = tensors_in_data_order;
   if (metadata_json.size() > std::numeric_limits<uint32_t>::max()) {
     throw FormatError("metadata JSON is " + std::to_string(metadata_json.size()) +
@@ -97,7 +110,7 @@ AprPlan BuildAprPlan(std::string metadata_json,
     throw FormatError("too many tensors for APR v2's 32-bit tensor_count");
   }
   std::vector<uint32_t> order = IndexOrder(tensors);
-  CheckTensors(tensors, order);
+  CheckTensors(tensors, order, codecs);
   std::vector<uint64_t> relative_offsets = AssignOffsets(tensors);
 
   AprHeaderFields header;
@@ -130,13 +143,25 @@ AprPlan BuildAprPlan(std::string metadata_json,
     if (tensor.alias_of) continue;
     if (tensor.size > 0) {
       plan.extents.push_back({header.data_offset + relative_offsets[i], tensor.size,
-                              tensor.source, tensor.source_offset});
+                              tensor.source, tensor.source_offset, tensor.codec});
     }
     cursor = header.data_offset + relative_offsets[i] + AlignUp64(tensor.size);
   }
   plan.footer_offset = cursor;
   plan.total_size = cursor + kAprFooterSize;
+  plan.codecs = std::move(codecs);
   return plan;
+}
+
+bool AnyComputed(const AprPlan& plan, uint64_t begin, uint64_t end) {
+  if (plan.codecs.empty()) return false;
+  auto it = std::upper_bound(plan.extents.begin(), plan.extents.end(), begin,
+                             [](uint64_t value, const AprDataExtent& e) { return value < e.offset; });
+  if (it != plan.extents.begin()) --it;
+  for (; it != plan.extents.end() && it->offset < end; ++it) {
+    if (it->codec != kVerbatim && it->offset + it->length > begin) return true;
+  }
+  return false;
 }
 
 }  // namespace aprfs

@@ -115,6 +115,15 @@ ModelConfig ParseModelConfig(std::string_view text, std::string_view file) {
   c.eos_token_id = UnsignedOf(FirstPresent(config, {"eos_token_id"}));
   auto tie = config.find("tie_word_embeddings");
   if (tie != config.end() && tie->is_boolean()) c.tie_word_embeddings = tie->get<bool>();
+  auto quantization = config.find("quantization_config");
+  if (quantization != config.end() && quantization->is_object()) {
+    auto block = quantization->find("weight_block_size");
+    if (block != quantization->end() && block->is_array() && block->size() == 2 &&
+        (*block)[0].is_number_unsigned() && (*block)[1].is_number_unsigned() &&
+        (*block)[0].get<uint64_t>() > 0 && (*block)[1].get<uint64_t>() > 0) {
+      c.fp8_block = {(*block)[0].get<uint64_t>(), (*block)[1].get<uint64_t>()};
+    }
+  }
   return c;
 }
 

@@ -4,6 +4,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -31,6 +32,9 @@ struct ModelConfig {
   std::optional<uint64_t> bos_token_id;  // only when a single integer
   std::optional<uint64_t> eos_token_id;
   bool tie_word_embeddings = true;       // transformers' PretrainedConfig default
+  // `quantization_config.weight_block_size` of fine-grained FP8 checkpoints (rows, cols), when
+  // given as two positive integers (apr-quantization.md §9.2).
+  std::optional<std::pair<uint64_t, uint64_t>> fp8_block;
 };
 
 // The config of a model with no config.json: every dim absent, aprender's defaults elsewhere.

@@ -1,5 +1,6 @@
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "fetch/hf_cache.h"
@@ -26,13 +27,46 @@ void SourceOptions::AddTo(CLI::App& app) {
   app.add_option("--config", config,
                  "JSON config file (default: ~/.config/aprfs/config.json when it exists)");
   app.add_option("--cache-dir", cache_dir,
-                 "Chunk and metadata cache of remote models (default: ~/.cache/aprfs)");
+                 "Cache of remote models' chunks and metadata and of computed views' bytes "
+                 "(default: ~/.cache/aprfs)");
   app.add_option("--cache-size", cache_size,
-                 "Size limit of the chunk cache, e.g. 100G (default: none); least recently "
-                 "used chunks are evicted");
+                 "Size limit of the chunk cache (remote and computed chunks), e.g. 100G "
+                 "(default: none); least recently used chunks are evicted");
   app.add_option("--max-connections", max_connections,
                  "Parallel HTTP connections for remote models (default: 8)")
       ->check(CLI::Range(1, 256));
+  app.add_option("--views", views,
+                 "Which files of each model a folder listing shows, from apr, q4k, f16, int8, "
+                 "int4, or all (separated by ',', ':' or '+'; default: apr,q4k); every view "
+                 "opens by name whatever this says");
+  app.add_flag("--no-view-cache", no_view_cache,
+               "Do not keep computed bytes on disk: every byte of a view is computed on demand");
+}
+
+std::vector<ViewKind> ParseViewList(const std::string& text) {
+  std::vector<ViewKind> views;
+  std::string item;
+  auto flush = [&] {
+    if (item.empty()) return;
+    if (item == "all") {
+      views.assign(kAllViews.begin(), kAllViews.end());
+    } else if (std::optional<ViewKind> view = ParseViewName(item)) {
+      if (std::find(views.begin(), views.end(), *view) == views.end()) views.push_back(*view);
+    } else {
+      throw std::runtime_error("--views " + text + ": unknown view '" + item +
+                               "' (known: apr, q4k, f16, int8, int4, all)");
+    }
+    item.clear();
+  };
+  for (char c : text) {
+    if (c == ',' || c == ':' || c == '+' || c == ' ') {
+      flush();
+    } else {
+      item += c;
+    }
+  }
+  flush();
+  return views;
 }
 
 namespace {
@@ -75,15 +109,21 @@ CatalogOptions SourceOptions::ToCatalogOptions() const {
     }
     options.repos.push_back(*spec);
   }
-  if (options.repos.empty()) return options;
-  RemoteSettings& settings = options.remote;
-  settings.cache_dir = Absolute(!cache_dir.empty() ? cache_dir : file.cache_dir.value_or(DefaultCacheDir()));
+  const std::string views_text = !views.empty() ? views : file.views.value_or("apr,q4k");
+  options.listed_views = ParseViewList(views_text);
+  const std::string dir =
+      Absolute(!cache_dir.empty() ? cache_dir : file.cache_dir.value_or(DefaultCacheDir()));
   std::string size = !cache_size.empty() ? cache_size : file.cache_size.value_or("");
   if (!size.empty()) {
     std::optional<uint64_t> bytes = ParseSize(size);
     if (!bytes) throw std::runtime_error("--cache-size " + size + ": expected a size like 100G");
-    settings.cache_limit = *bytes;
+    options.cache_limit = *bytes;
   }
+  if (!no_view_cache && file.view_cache.value_or(true)) options.computed_cache_dir = dir;
+  if (options.repos.empty()) return options;
+  RemoteSettings& settings = options.remote;
+  settings.cache_dir = dir;
+  settings.cache_limit = options.cache_limit;
   settings.connections = max_connections ? max_connections : file.max_connections.value_or(8);
   settings.hf_cache = options.hf_cache;
   options.hub = HubConfig::FromEnvironment();

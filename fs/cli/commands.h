@@ -19,6 +19,8 @@ struct SourceOptions {
   std::string cache_dir;           // empty: $XDG_CACHE_HOME/aprfs or ~/.cache/aprfs
   std::string cache_size;          // empty: no limit
   unsigned max_connections = 0;    // 0: 8
+  std::string views;               // empty: "apr,q4k"
+  bool no_view_cache = false;
 
   void AddTo(CLI::App& app);
   // Throws std::runtime_error for a bad --repo, --cache-size or config file.
@@ -33,6 +35,9 @@ void RegisterInspect(CLI::App& app, int& exit_code);
 void RegisterStatus(CLI::App& app, int& exit_code);
 void RegisterPrefetch(CLI::App& app, int& exit_code);
 void RegisterVerify(CLI::App& app, int& exit_code);
+
+// "apr,q4k" (or with ':' or '+'; "all") -> views; throws std::runtime_error naming an unknown one.
+std::vector<ViewKind> ParseViewList(const std::string& text);
 
 // "1.5 GiB"-style sizes for people.
 std::string HumanBytes(uint64_t bytes);

@@ -74,9 +74,19 @@ ConfigFile LoadConfigFile(const std::string& path) {
         throw Bad(path, "\"max_connections\" must be an integer from 1 to 256");
       }
       config.max_connections = value.get<unsigned>();
+    } else if (key == "views") {
+      std::string joined;
+      for (const std::string& view : value.is_string() ? std::vector<std::string>{value.get<std::string>()}
+                                                       : StringList(value, key, path)) {
+        joined += (joined.empty() ? "" : ",") + view;
+      }
+      config.views = joined;
+    } else if (key == "view_cache") {
+      if (!value.is_boolean()) throw Bad(path, "\"view_cache\" must be true or false");
+      config.view_cache = value.get<bool>();
     } else {
       throw Bad(path, "unknown key \"" + key + "\" (known: repos, sources, hf_cache, "
-                      "no_hf_cache, cache_dir, cache_size, max_connections)");
+                      "no_hf_cache, cache_dir, cache_size, max_connections, views, view_cache)");
     }
   }
   return config;

@@ -9,7 +9,8 @@ namespace aprfs {
 // The JSON config file (`--config FILE`, default $XDG_CONFIG_HOME/aprfs/config.json or
 // ~/.config/aprfs/config.json): the same settings as the command line, e.g.
 //   {"repos": ["microsoft/phi-4", "Qwen/Qwen2.5-7B-Instruct@main"], "sources": ["/srv/models"],
-//    "cache_dir": "/var/cache/aprfs", "cache_size": "200G", "max_connections": 8}
+//    "cache_dir": "/var/cache/aprfs", "cache_size": "200G", "max_connections": 8,
+//    "views": ["apr", "q4k"], "view_cache": true}
 struct ConfigFile {
   std::vector<std::string> repos;
   std::vector<std::string> sources;
@@ -18,6 +19,8 @@ struct ConfigFile {
   std::optional<std::string> cache_dir;
   std::optional<std::string> cache_size;
   std::optional<unsigned> max_connections;
+  std::optional<std::string> views;  // "apr,q4k" (a JSON list is joined)
+  std::optional<bool> view_cache;
 };
 
 // Where the config file is looked for when --config is not given.

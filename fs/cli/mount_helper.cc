@@ -25,7 +25,8 @@ const std::map<std::string, AprfsOption>& AprfsOptions() {
       {"config", {"--config", true}},         {"cache_dir", {"--cache-dir", true}},
       {"cache_size", {"--cache-size", true}}, {"max_connections", {"--max-connections", true}},
       {"log_level", {"--log-level", true}},   {"log_file", {"--log-file", true}},
-      {"foreground", {"--foreground", false}},
+      {"foreground", {"--foreground", false}}, {"views", {"--views", true}},
+      {"no_view_cache", {"--no-view-cache", false}},
   };
   return options;
 }

@@ -78,6 +78,7 @@ class CatalogTest : public ::testing::Test {
     if (with_cache) options.hf_cache = cache();
     options.sources = std::move(sources);
     options.rescan_interval = std::chrono::milliseconds(0);
+    options.listed_views = {ViewKind::kApr};  // names of models here; views: view tests
     return options;
   }
 

@@ -102,10 +102,10 @@ TEST_F(StatusSnapshotTest, ModelsGoFromUnbuiltToReadyOrErrorAndCountersSurviveRe
             std::string::npos);
 
   // What the FUSE layer counts lands in the model's counters, kept when the model is rebuilt.
-  std::shared_ptr<const BuiltModel> opened = ns.OpenModel(file->inode);
-  ASSERT_NE(opened, nullptr);
-  opened->counters->bytes_read += 1234;
-  opened->counters->errors += 2;
+  std::optional<Namespace::OpenedFile> opened = ns.OpenView(file->inode);
+  ASSERT_TRUE(opened.has_value());
+  opened->file->counters().bytes_read += 1234;
+  opened->file->counters().errors += 2;
   fs::last_write_time(dir_ / "good/config.json",
                       fs::last_write_time(dir_ / "good/config.json") + std::chrono::seconds(5));
   auto rebuilt = ns.Lookup(Namespace::kRootInode, "good.apr");

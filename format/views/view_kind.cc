@@ -1,0 +1,53 @@
+#include "format/views/view_kind.h"
+
+namespace aprfs {
+
+std::string_view ViewName(ViewKind view) {
+  switch (view) {
+    case ViewKind::kApr: return "apr";
+    case ViewKind::kQ4k: return "q4k";
+    case ViewKind::kF16: return "f16";
+    case ViewKind::kInt8: return "int8";
+    case ViewKind::kInt4: return "int4";
+  }
+  return "?";
+}
+
+std::optional<ViewKind> ParseViewName(std::string_view name) {
+  for (ViewKind view : kAllViews) {
+    if (name == ViewName(view)) return view;
+  }
+  if (name == "q4_k") return ViewKind::kQ4k;
+  if (name == "fp16") return ViewKind::kF16;
+  return std::nullopt;
+}
+
+std::string ViewStem(std::string_view model_name, ViewKind view) {
+  std::string stem(model_name);
+  if (view != ViewKind::kApr) stem += "." + std::string(ViewName(view));
+  return stem;
+}
+
+std::string ViewFileName(std::string_view model_name, ViewKind view) {
+  return ViewStem(model_name, view) + ".apr";
+}
+
+std::optional<std::pair<std::string, ViewKind>> SplitViewFileName(std::string_view file_name) {
+  constexpr std::string_view kExtension = ".apr";
+  if (file_name.size() <= kExtension.size() ||
+      file_name.substr(file_name.size() - kExtension.size()) != kExtension) {
+    return std::nullopt;
+  }
+  std::string_view stem = file_name.substr(0, file_name.size() - kExtension.size());
+  size_t dot = stem.rfind('.');
+  if (dot != std::string_view::npos && dot > 0) {
+    for (ViewKind view : kAllViews) {  // canonical names only: one file name per view
+      if (view != ViewKind::kApr && stem.substr(dot + 1) == ViewName(view)) {
+        return std::make_pair(std::string(stem.substr(0, dot)), view);
+      }
+    }
+  }
+  return std::make_pair(std::string(stem), ViewKind::kApr);
+}
+
+}  // namespace aprfs

@@ -1,0 +1,53 @@
+#include "fs/views/view_cache.h"
+
+#include <spdlog/spdlog.h>
+
+#include "fetch/sha256.h"
+
+namespace aprfs {
+namespace {
+
+void AppendNumber(std::string& out, uint64_t value) { out += std::to_string(value) + ","; }
+
+}  // namespace
+
+std::string ComputedStoreKey(const AprPlan& plan,
+                             const std::vector<std::shared_ptr<ByteSource>>& sources,
+                             ViewKind view) {
+  std::string what = "aprfs computed file\nencoder " + std::to_string(kEncoderVersion) +
+                     "\nview " + std::string(ViewName(view)) + "\n";
+  for (const auto& source : sources) what += "source " + source->identity() + "\n";
+  what += "prefix " + Sha256Hex(plan.prefix) + "\n";
+  std::string layout;
+  for (const AprDataExtent& e : plan.extents) {
+    for (uint64_t value : {e.offset, e.length, uint64_t{e.source}, e.source_offset, uint64_t{e.codec}}) {
+      AppendNumber(layout, value);
+    }
+  }
+  for (const TensorCodec& c : plan.codecs) {
+    for (uint64_t value : {uint64_t(c.from), uint64_t(c.to), uint64_t(c.row_padded), c.rows, c.cols,
+                           uint64_t(c.scale_dtype), uint64_t{c.block_rows}, uint64_t{c.block_cols},
+                           uint64_t{c.scale_source}, c.scale_offset}) {
+      AppendNumber(layout, value);
+    }
+  }
+  what += "layout " + Sha256Hex(layout) + "\n";
+  return "view-" + Sha256Hex(what).substr(0, 32);
+}
+
+ComputeSettings ComputedStorage(const AprPlan& plan,
+                                const std::vector<std::shared_ptr<ByteSource>>& sources,
+                                ViewKind view, ChunkCache* cache, const std::string& what) {
+  ComputeSettings settings;
+  if (cache == nullptr || plan.codecs.empty()) return settings;
+  std::string dir = cache->root() + "/" + ComputedStoreKey(plan, sources, view);
+  try {
+    settings.store = ChunkStore::Open(dir, plan.footer_offset, kComputedChunkSize);
+    settings.cache = cache;
+  } catch (const std::exception& e) {
+    spdlog::warn("{}: computed bytes will not be cached: {}", what, e.what());
+  }
+  return settings;
+}
+
+}  // namespace aprfs
