@@ -973,10 +973,14 @@ def reshape(code_payload, shape):
 
 
 def common_fields(c, model_type, stem, param_count):
-    """Typed metadata fields up to rms_norm_eps, in AprV2Metadata order [C §4.2]."""
+    """Typed metadata fields up to rms_norm_eps, in AprV2Metadata order [C §4.2]. Without
+    config.json (`apr import --allow-no-config`) no config-derived field is written: the
+    defaults (rope_theta 10000, ...) belong to aprender's config loader, which does not run."""
     fields = [("model_type", json_str(model_type)), ("name", json_str(stem)),
               ("license", "null"), ("data_source", "null"), ("data_license", "null"),
               ("total_size", "0"), ("param_count", str(param_count))]
+    if not c.present:
+        return fields
     for key, value in (("architecture", c.model_type), ("hf_architecture", c.hf_architecture),
                        ("hf_model_type", c.model_type)):
         if value is not None:
@@ -1450,6 +1454,9 @@ def selftest_behaviour(ck):
                                       meta["param_count"], meta["tensor_shapes"][q_proj]],
               [True, "Auto", 2048 + 1920 + 1280 + 32 + 12000 + 2048, [40, 300]])
         ck.eq("S scale companion consumed", "%s_scale_inv" % q_proj in e, False)
+        ck.eq("S metadata keys (no config.json, no tokenizer.json)", list(meta),
+              ["model_type", "name", "license", "data_source", "data_license", "total_size",
+               "param_count", "source_metadata", "tensor_shapes", "tied_embeddings"])
 
         nan = le(array.array("f", [NAN] + [0.0] * 1023))
         zero = bytes(4096)
