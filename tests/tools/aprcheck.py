@@ -8,11 +8,14 @@ make_model.py. Section numbers refer to /work/shared/docs/apr-v2-format.md.
 
 Checks the reader rules of §10.1, the layout rules every well-formed writer output
 satisfies (§2-§8), and with --source that the file holds exactly the source model's
-tensors, byte for byte. Exit status: 0 valid, 1 invalid, 2 usage error.
+tensors, byte for byte (FP8 weights dequantized to BF16 per apr-quantization.md §9.4).
+Exit status: 0 valid, 1 invalid, 2 usage error.
 """
 
 import argparse
+import array
 import json
+import math
 import mmap
 import os
 import struct
@@ -745,9 +748,150 @@ def check_entry_matches(rep, e, st):
     return ok
 
 
+# --------------------------------------------------------------------------------------
+# FP8 weights (apr-quantization.md §9): the plain view serves them as BF16
+# --------------------------------------------------------------------------------------
+
+def e4m3_float(code):
+    """float8_e4m3fn (safetensors F8_E4M3): 1-4-3 bits, bias 7, 0x7F/0xFF NaN, no Inf."""
+    if code & 0x7F == 0x7F:
+        return float("nan")
+    exp, frac = (code >> 3) & 0xF, code & 0x7
+    mag = math.ldexp(frac, -9) if exp == 0 else math.ldexp(8 + frac, exp - 10)
+    return -mag if code & 0x80 else mag
+
+
+E4M3_FLOATS = [e4m3_float(c) for c in range(256)]
+
+
+def bf16_translation(scale):
+    """(low-byte, high-byte) translate tables: FP8 code -> BF16 of f32(code value * scale).
+
+    array('f') rounds each product to binary32 once (RNE); then binary32 -> bfloat16 RNE,
+    NaN kept quiet. Every element of one block tile shares `scale`, so the whole tile is
+    converted with two bytes.translate calls.
+    """
+    products = array.array("f", [v * scale for v in E4M3_FLOATS])
+    words = array.array("I", products.tobytes())
+    halves = []
+    for w in words:
+        if w & 0x7FFFFFFF > 0x7F800000:
+            halves.append((w >> 16) | 0x40)
+        else:
+            halves.append((w + 0x7FFF + ((w >> 16) & 1)) >> 16)
+    return bytes(x & 0xFF for x in halves), bytes(x >> 8 for x in halves)
+
+
+def fp8_block_size(model_dir):
+    try:
+        with open(os.path.join(model_dir, "config.json"), "rb") as f:
+            qc = json.load(f).get("quantization_config")
+        block = qc["weight_block_size"] if isinstance(qc, dict) else [128, 128]
+    except (OSError, ValueError, KeyError, AttributeError):
+        block = [128, 128]
+    if not (isinstance(block, list) and len(block) == 2 and
+            all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in block)):
+        return None
+    return block
+
+
+def fp8_pairs(rep, source, model_dir):
+    """{weight name: (scale SourceTensor, block)} for every well-formed FP8 weight + companion.
+
+    A malformed pair is reported: the view should have refused the model.
+    """
+    pairs = {}
+    block = None
+    for name, st in sorted(source.items()):
+        scale = source.get(name + "_scale_inv")
+        if st.dtype != "F8_E4M3" or scale is None:
+            continue
+        block = block or fp8_block_size(model_dir)
+        if block is None:
+            rep.error("source.fp8", "config.json quantization_config.weight_block_size is not "
+                      "two positive integers")
+            return {}
+        want = ([-(-st.shape[0] // block[0]), -(-st.shape[1] // block[1])]
+                if len(st.shape) == 2 else None)
+        if want is None or scale.dtype not in ("F32", "F8_E8M0", "U8") or scale.shape != want:
+            rep.error("source.fp8", "%r %s with companion %s %s: not a 2-D weight with "
+                      "[ceil(R/%d), ceil(C/%d)] F32/F8_E8M0/U8 scales"
+                      % (name, st.shape, scale.dtype, scale.shape, block[0], block[1]))
+            continue
+        pairs[name] = (scale, block)
+    return pairs
+
+
+def read_scales(scale):
+    with open(scale.path, "rb") as f:
+        f.seek(scale.begin)
+        raw = f.read(scale.nbytes)
+    if scale.dtype == "F32":
+        return list(struct.unpack("<%df" % (len(raw) // 4), raw))
+    # ue8m0: one exponent byte, s = 2^(byte - 127) (byte 255 overflows binary32 to Inf).
+    return [math.ldexp(1.0, b - 127) if b < 255 else float("inf") for b in raw]
+
+
+def check_fp8_entry(rep, e, st):
+    ok = True
+    if e.dtype != 30:
+        rep.error("source.dtype", "%r: APR dtype code %d, FP8 source %r must appear as BF16 "
+                  "(code 30)" % (e, e.dtype, st.name))
+        ok = False
+    if e.shape != st.shape:
+        rep.error("source.shape", "%r: APR shape %s, source %r has %s"
+                  % (e, e.shape, st.name, st.shape))
+        ok = False
+    if e.size != 2 * st.nbytes:
+        rep.error("source.size", "%r: APR size %d, BF16 of FP8 %r is %d"
+                  % (e, e.size, st.name, 2 * st.nbytes))
+        ok = False
+    return ok
+
+
+def compare_fp8(rep, src, apr_pos, st, scale, block, what):
+    """Dequantize st row block by row block and compare with the APR's BF16 bytes."""
+    rows, cols = st.shape
+    b_rows, b_cols = block
+    tiles = -(-cols // b_cols)
+    scales = read_scales(scale)
+    fd = os.open(st.path, os.O_RDONLY)
+    try:
+        for r0 in range(0, rows, b_rows):
+            n_rows = min(b_rows, rows - r0)
+            codes = os.pread(fd, n_rows * cols, st.begin + r0 * cols)
+            row_scales = scales[(r0 // b_rows) * tiles:(r0 // b_rows + 1) * tiles]
+            if not any(codes) and all(math.isfinite(x) for x in row_scales):
+                want = bytes(2 * len(codes))  # zeros stay +0 (sparse models)
+            else:
+                tables = [bf16_translation(x) for x in row_scales]
+                out = bytearray(2 * len(codes))
+                for r in range(n_rows):
+                    for t, (lo, hi) in enumerate(tables):
+                        a = r * cols + t * b_cols
+                        seg = codes[a:min(a + b_cols, (r + 1) * cols)]
+                        out[2 * a:2 * (a + len(seg)):2] = seg.translate(lo)
+                        out[2 * a + 1:2 * (a + len(seg)):2] = seg.translate(hi)
+                want = bytes(out)
+            pos = apr_pos + 2 * r0 * cols
+            got = src.read(pos, len(want))
+            if got != want:
+                i = next((i for i in range(min(len(got), len(want))) if got[i] != want[i]),
+                         min(len(got), len(want)))
+                rep.error("source.data", "%s: byte %d of the BF16 dequantization differs (APR "
+                          "offset %d)" % (what, 2 * r0 * cols + i, pos + i))
+                return 2 * r0 * cols
+    finally:
+        os.close(fd)
+    return 2 * st.nbytes
+
+
 def check_against_source(rep, src, h, entries, meta, model_dir):
     source = load_source(rep, model_dir)
     rep.info["source_tensors"] = len(source)
+    fp8 = fp8_pairs(rep, source, model_dir)
+    companions = {scale.name for scale, _ in fp8.values()}
+    rep.info["fp8_weights"] = len(fp8)
     by_name = {}
     for e in entries:
         by_name.setdefault(e.name, e)  # first match wins, like aprender/realizar lookups
@@ -755,15 +899,28 @@ def check_against_source(rep, src, h, entries, meta, model_dir):
     compared = 0
 
     def compare(e, st, what):
+        """Type, shape, size and bytes of APR entry e against source tensor st."""
+        if st.name in fp8:
+            if not check_fp8_entry(rep, e, st):
+                return 0
+        elif not check_entry_matches(rep, e, st):
+            return 0
         if data_off + e.offset + e.size > src.size:
             return 0  # already reported as writer.tensor-bounds
+        if st.name in fp8:
+            scale, block = fp8[st.name]
+            return compare_fp8(rep, src, data_off + e.offset, st, scale, block, what)
         return compare_bytes(rep, src, data_off + e.offset, st.path, st.begin, st.nbytes, what)
 
     for name, st in sorted(source.items()):
         e = by_name.get(name)
-        if e is None:
+        if name in companions:
+            if e is not None:
+                rep.error("source.fp8", "%r is the scale of an FP8 weight served as BF16: it "
+                          "must not be in the APR" % e)
+        elif e is None:
             rep.error("source.missing-tensor", "source tensor %r is not in the APR index" % name)
-        elif check_entry_matches(rep, e, st):
+        else:
             compared += compare(e, st, repr(e))
 
     embed = source.get("model.embed_tokens.weight")
@@ -772,8 +929,7 @@ def check_against_source(rep, src, h, entries, meta, model_dir):
             continue
         if e.name == "lm_head.weight" and embed is not None:
             # Synthesized tied head: must equal the source embedding (type, shape, bytes).
-            if check_entry_matches(rep, e, embed):
-                compared += compare(e, embed, "%r (tied to model.embed_tokens.weight)" % e)
+            compared += compare(e, embed, "%r (tied to model.embed_tokens.weight)" % e)
         else:
             rep.error("source.extra-tensor", "%r (index offset %d) is not in the source model"
                       % (e, e.pos))

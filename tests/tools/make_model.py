@@ -14,24 +14,26 @@ A JSON summary of what was written goes to stdout.
 """
 
 import argparse
+import array
 import hashlib
 import json
 import os
 import random
+import statistics
 import struct
 import sys
 
 # Bytes per element of the safetensors dtypes we generate.
 DTYPE_SIZE = {
-    "BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "I16": 2, "U16": 2, "F16": 2,
-    "BF16": 2,
+    "BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1, "I16": 2, "U16": 2,
+    "F16": 2, "BF16": 2,
     "I32": 4, "U32": 4, "F32": 4, "F64": 8, "I64": 8, "U64": 8,
 }
 
 # Declaration order of the Rust `safetensors::Dtype` enum (increasing alignment).
 # The Rust writer sorts tensors by this rank, descending, then by name.
 RUST_DTYPE_ORDER = [
-    "BOOL", "U8", "I8", "F8_E5M2", "F8_E4M3", "I16", "U16", "F16", "BF16",
+    "BOOL", "U8", "I8", "F8_E5M2", "F8_E4M3", "F8_E8M0", "I16", "U16", "F16", "BF16",
     "I32", "U32", "F32", "F64", "I64", "U64",
 ]
 RUST_DTYPE_RANK = {name: i for i, name in enumerate(RUST_DTYPE_ORDER)}
@@ -62,12 +64,13 @@ class Preset:
     """A model: tensors in state-dict (layer) order, config.json, tokenizer recipe."""
 
     def __init__(self, tensors, config, tokenizer, default_shards,
-                 shard_pattern="model-%05d-of-%05d.safetensors"):
+                 shard_pattern="model-%05d-of-%05d.safetensors", values="random-bits"):
         self.tensors = tensors
         self.config = config
         self.tokenizer = tokenizer  # dict of make_tokenizer() keyword arguments
         self.default_shards = default_shards
         self.shard_pattern = shard_pattern  # % (k, n)
+        self.values = values  # default --values: "random-bits" or "realistic"
 
 
 # --------------------------------------------------------------------------------------
@@ -124,21 +127,43 @@ def llama_config(hidden, inter, layers, heads, kv_heads, vocab, tie, bos, eos):
     }
 
 
-def preset_tiny(tie, shards):
+def preset_tiny(tie, shards, wdtype="BF16"):
     # lm_head is F16 so that the tiny model covers F32, F16 and BF16.
     h, inter, layers, heads, kv, vocab = 64, 128, 2, 4, 2, 128
-    tensors = llama_tensors(h, inter, layers, heads, kv, vocab, lm_head_dtype="F16", tie=tie)
+    tensors = llama_tensors(h, inter, layers, heads, kv, vocab, wdtype=wdtype,
+                            lm_head_dtype="F16", tie=tie)
     config = llama_config(h, inter, layers, heads, kv, vocab, tie, bos=vocab - 2, eos=vocab - 1)
     tok = dict(vocab_size=vocab, n_merges=32, specials=["<s>", "</s>"])
     return Preset(tensors, config, tok, 2)
 
 
-def preset_many_shards(tie, shards):
+def preset_quant_tiny(tie, shards, wdtype="BF16"):
+    """LLaMA-like, sized so every encoder path of the computed views is taken: rows shorter
+    than 256 (H=128) and longer but not a multiple of 256 (I=288, Q4_K row padding), plus a
+    linear-attention layer's tensors: the GDN keep-list (A_log, conv1d, dt_bias), a 1-D
+    tensor of 1300 elements that matches no skip pattern and a 3-D fused-experts tensor (both
+    quantized flat). Realistic values by default."""
+    h, inter, layers, heads, kv, vocab = 128, 288, 2, 2, 1, 128
+    tensors = llama_tensors(h, inter, layers, heads, kv, vocab, wdtype=wdtype, tie=tie)
+    la = "model.layers.1.linear_attn."
+    extra = [Tensor(la + "A_log", "F32", [1024]),
+             Tensor(la + "conv1d.weight", wdtype, [256, 1, 4]),
+             Tensor(la + "dt_bias", "F32", [1024]),
+             Tensor(la + "ssm_alpha", wdtype, [1300]),
+             Tensor("model.layers.1.mlp.experts.gate_up_proj", wdtype, [2, 96, 100])]
+    at = next(i for i, t in enumerate(tensors) if t.name.startswith("model.layers.1.mlp."))
+    tensors[at:at] = extra
+    config = llama_config(h, inter, layers, heads, kv, vocab, tie, bos=vocab - 2, eos=vocab - 1)
+    tok = dict(vocab_size=vocab, n_merges=32, specials=["<s>", "</s>"])
+    return Preset(tensors, config, tok, 2, values="realistic")
+
+
+def preset_many_shards(tie, shards, wdtype="BF16"):
     n = shards or 10
     # Enough layers that every shard gets at least a few tensors.
     h, inter, heads, kv, vocab = 32, 64, 4, 2, 64
     layers = max(2, (n + 3) // 4)
-    tensors = llama_tensors(h, inter, layers, heads, kv, vocab, tie=tie)
+    tensors = llama_tensors(h, inter, layers, heads, kv, vocab, wdtype=wdtype, tie=tie)
     config = llama_config(h, inter, layers, heads, kv, vocab, tie, bos=vocab - 2, eos=vocab - 1)
     tok = dict(vocab_size=vocab, n_merges=16, specials=["<s>", "</s>"])
     return Preset(tensors, config, tok, 10)
@@ -230,38 +255,49 @@ def preset_phi4(tie, shards):
     return Preset(tensors, config, tok, 6)
 
 
-def preset_bench_1g(tie, shards):
+def preset_bench_1g(tie, shards, wdtype="BF16"):
     """A 1.08 GB llama-shaped BF16 model in 4 shards: big enough to measure downloads."""
     h, inter, layers, heads, kv, vocab = 2048, 5632, 8, 16, 16, 32000
-    tensors = llama_tensors(h, inter, layers, heads, kv, vocab, tie=tie)
+    tensors = llama_tensors(h, inter, layers, heads, kv, vocab, wdtype=wdtype, tie=tie)
     config = llama_config(h, inter, layers, heads, kv, vocab, tie, bos=1, eos=2)
     tok = dict(vocab_size=vocab, n_merges=vocab - 256 - 2, specials=["<s>", "</s>"])
     return Preset(tensors, config, tok, 4)
 
 
-def preset_bench_dense(tie, shards, layers=13):
+def preset_bench_dense(tie, shards, layers=13, wdtype="BF16"):
     """Llama-2-7B shapes with `layers` layers (~0.79 GB + 0.40 GB per layer; 13 -> 6.05 GB):
     BF16 weights, F32 norms and an F32 lm_head, so the model mixes both dtypes."""
     h, inter, heads, kv, vocab = 4096, 11008, 32, 32, 32000
-    tensors = llama_tensors(h, inter, layers, heads, kv, vocab, lm_head_dtype="F32", tie=tie)
+    tensors = llama_tensors(h, inter, layers, heads, kv, vocab, wdtype=wdtype,
+                            lm_head_dtype="F32", tie=tie)
     config = llama_config(h, inter, layers, heads, kv, vocab, tie, bos=1, eos=2)
     tok = dict(vocab_size=vocab, n_merges=vocab - 256 - 2, specials=["<s>", "</s>"])
     return Preset(tensors, config, tok, 5)
 
 
-def deepseek_v3_tensors(layers, fp8):
+# deepseek-ai/DeepSeek-V3's dimensions.
+DEEPSEEK_V3_DIMS = dict(hidden=7168, inter=18432, moe_inter=2048, vocab=129280, experts=256,
+                        heads=128, q_lora=1536, kv_lora=512, nope=128, rope=64, v_dim=128,
+                        dense_layers=3)
+
+
+def deepseek_v3_tensors(layers, fp8, dims=DEEPSEEK_V3_DIMS, scale_dtype="F32", mtp=True):
     """deepseek-ai/DeepSeek-V3's tensors in registration order: FP8 (`fp8`) projections, each
-    with an F32 `weight_scale_inv` of 128x128 blocks, BF16 norms/embeddings/router, F32 router
-    bias. Layers 0-2 are dense, the others MoE (256 routed experts + 1 shared); the last
-    layer (61 of 62) is the multi-token-prediction layer with its own embedding and head."""
-    hidden, inter, moe_inter, vocab, experts = 7168, 18432, 2048, 129280, 256
-    heads, q_lora, kv_lora, nope, rope, v_dim = 128, 1536, 512, 128, 64, 128
-    dense_layers = 3
+    with a `weight_scale_inv` (`scale_dtype`) of 128x128 blocks, BF16 norms/embeddings/router,
+    F32 router bias. The first `dense_layers` layers are dense, the others MoE (`experts`
+    routed experts + 1 shared); with `mtp` the last layer is the multi-token-prediction layer
+    with its own embedding and head."""
+    d = dims
+    hidden, inter, moe_inter, vocab, experts = (d["hidden"], d["inter"], d["moe_inter"],
+                                                d["vocab"], d["experts"])
+    heads, q_lora, kv_lora, nope, rope, v_dim = (d["heads"], d["q_lora"], d["kv_lora"],
+                                                 d["nope"], d["rope"], d["v_dim"])
+    dense_layers = d["dense_layers"]
 
     def quantized(name, rows, cols):
         scale = [-(-rows // 128), -(-cols // 128)]
         return [Tensor(name + ".weight", fp8, [rows, cols]),
-                Tensor(name + ".weight_scale_inv", "F32", scale)]
+                Tensor(name + ".weight_scale_inv", scale_dtype, scale)]
 
     def mlp(prefix, inter_size):
         return (quantized(prefix + "gate_proj", inter_size, hidden)
@@ -289,7 +325,7 @@ def deepseek_v3_tensors(layers, fp8):
             out += mlp(p + "mlp.shared_experts.", moe_inter)
         out.append(Tensor(p + "input_layernorm.weight", "BF16", [hidden]))
         out.append(Tensor(p + "post_attention_layernorm.weight", "BF16", [hidden]))
-        if i == layers - 1:  # the multi-token-prediction layer
+        if mtp and i == layers - 1:  # the multi-token-prediction layer
             out += [
                 Tensor(p + "embed_tokens.weight", "BF16", [vocab, hidden]),
                 Tensor(p + "enorm.weight", "BF16", [hidden]),
@@ -310,7 +346,18 @@ def preset_deepseek_v3(tie, shards, layers=62, fp8="F8_E4M3"):
     if layers < 2:
         raise ValueError("deepseek-v3 needs at least 2 layers (one dense or MoE, one MTP)")
     tensors = deepseek_v3_tensors(layers, fp8)
-    config = {
+    config = deepseek_v3_config(layers)
+    specials = ["<\uff5cbegin\u2581of\u2581sentence\uff5c>", "<\uff5cend\u2581of\u2581sentence\uff5c>",
+                "<\uff5c\u2581pad\u2581\uff5c>"]
+    specials += ["<\uff5cplace\u2581holder\u2581no\u2581%d\uff5c>" % i for i in range(797)]
+    tok = dict(vocab_size=129280, n_merges=129280 - 256 - len(specials), specials=specials)
+    # The real repo spells the total with 6 digits: model-00001-of-000163.safetensors.
+    return Preset(tensors, config, tok, 163, shard_pattern="model-%05d-of-%06d.safetensors")
+
+
+def deepseek_v3_config(layers):
+    """deepseek-ai/DeepSeek-V3's config.json for `layers` layers (the MTP layer included)."""
+    return {
         "architectures": ["DeepseekV3ForCausalLM"],
         "attention_bias": False,
         "attention_dropout": 0.0,
@@ -356,23 +403,56 @@ def preset_deepseek_v3(tie, shards, layers=62, fp8="F8_E4M3"):
         "v_head_dim": 128,
         "vocab_size": 129280,
     }
-    specials = ["<\uff5cbegin\u2581of\u2581sentence\uff5c>", "<\uff5cend\u2581of\u2581sentence\uff5c>",
-                "<\uff5c\u2581pad\u2581\uff5c>"]
-    specials += ["<\uff5cplace\u2581holder\u2581no\u2581%d\uff5c>" % i for i in range(797)]
-    tok = dict(vocab_size=129280, n_merges=129280 - 256 - len(specials), specials=specials)
-    # The real repo spells the total with 6 digits: model-00001-of-000163.safetensors.
-    return Preset(tensors, config, tok, 163, shard_pattern="model-%05d-of-%06d.safetensors")
+
+
+# fp8-tiny: DeepSeek-V3's structure at toy size. Every FP8 weight has partial 128x128 edge
+# tiles in at least one dimension: [200, 130], [160, 200], [576, 130], [64, 512] (rows),
+# [130, 32], [300, 130], [130, 300], [129, 130], [130, 129].
+FP8_TINY_DIMS = dict(hidden=130, inter=300, moe_inter=129, vocab=160, experts=2, heads=2,
+                     q_lora=200, kv_lora=512, nope=16, rope=64, v_dim=16, dense_layers=1)
+
+
+def preset_fp8_tiny(tie, shards, fp8_scale="F32"):
+    """A 2-layer DeepSeek-V3-like FP8 model (layer 0 dense, layer 1 MoE with 2 routed experts
+    + 1 shared, no MTP layer): F8_E4M3 projections with `weight_scale_inv` companions
+    (`fp8_scale`: F32, or F8_E8M0 for the ue8m0 variant), BF16 embeddings/norms/router, an F32
+    router bias. Realistic values by default."""
+    d = FP8_TINY_DIMS
+    layers = 2
+    tensors = deepseek_v3_tensors(layers, "F8_E4M3", dims=d, scale_dtype=fp8_scale, mtp=False)
+    if tie:
+        tensors = [t for t in tensors if t.name != "lm_head.weight"]
+    config = deepseek_v3_config(layers + 1)  # + 1: the helper counts an MTP layer
+    config.update({
+        "bos_token_id": d["vocab"] - 2, "eos_token_id": d["vocab"] - 1,
+        "first_k_dense_replace": d["dense_layers"], "hidden_size": d["hidden"],
+        "intermediate_size": d["inter"], "kv_lora_rank": d["kv_lora"],
+        "max_position_embeddings": 512, "moe_intermediate_size": d["moe_inter"], "n_group": 1,
+        "n_routed_experts": d["experts"], "num_attention_heads": d["heads"],
+        "num_experts_per_tok": 1, "num_key_value_heads": d["heads"],
+        "num_nextn_predict_layers": 0, "q_lora_rank": d["q_lora"],
+        "qk_nope_head_dim": d["nope"], "qk_rope_head_dim": d["rope"], "tie_word_embeddings": tie,
+        "topk_group": 1, "v_head_dim": d["v_dim"], "vocab_size": d["vocab"],
+    })
+    specials = ["<\uff5cbegin\u2581of\u2581sentence\uff5c>", "<\uff5cend\u2581of\u2581sentence\uff5c>"]
+    tok = dict(vocab_size=d["vocab"], n_merges=32, specials=specials)
+    return Preset(tensors, config, tok, 2, values="realistic")
 
 
 # Presets whose layer count --layers may change.
 LAYERED_PRESETS = ("bench-dense", "deepseek-v3")
+# Presets whose projection/embedding dtype --weights-dtype may change.
+WEIGHTS_DTYPE_PRESETS = ("tiny", "llama-tiny", "quant-tiny", "many-shards", "bench-1g",
+                         "bench-dense")
 
 PRESETS = {
     "bench-1g": preset_bench_1g,
     "bench-dense": preset_bench_dense,
     "deepseek-v3": preset_deepseek_v3,
-    "tiny": lambda tie, shards: preset_tiny(tie, shards),
-    "llama-tiny": lambda tie, shards: preset_tiny(True, shards),
+    "fp8-tiny": preset_fp8_tiny,
+    "tiny": lambda tie, shards, **kw: preset_tiny(tie, shards, **kw),
+    "llama-tiny": lambda tie, shards, **kw: preset_tiny(True, shards, **kw),
+    "quant-tiny": preset_quant_tiny,
     "edge": preset_edge,
     "phi4": preset_phi4,
     "many-shards": preset_many_shards,
@@ -473,6 +553,195 @@ def tensor_chunks(seed, tensor):
 
 
 # --------------------------------------------------------------------------------------
+# Realistic values (--values realistic): what the computed views' encoders need to see
+# --------------------------------------------------------------------------------------
+
+def little_endian(arr):
+    if sys.byteorder == "big":
+        arr.byteswap()
+    return arr.tobytes()
+
+
+def encode_floats(values, dtype):
+    """F32/F16/BF16/F64 bytes of Python floats (BF16 rounded to nearest even)."""
+    if dtype == "F64":
+        return little_endian(array.array("d", values))
+    if dtype == "F16":
+        return struct.pack("<%de" % len(values), *values)
+    f32 = array.array("f", values)
+    if dtype == "F32":
+        return little_endian(f32)
+    bits = array.array("I", f32.tobytes())
+    bf16 = array.array("H", [(b + 0x7FFF + ((b >> 16) & 1)) >> 16 if (b & 0x7FFFFFFF) <= 0x7F800000
+                             else (b >> 16) | 0x40 for b in bits])
+    return little_endian(bf16)
+
+
+def decode_floats(data, dtype):
+    if dtype == "F16":
+        return list(struct.unpack("<%de" % (len(data) // 2), data))
+    if dtype == "BF16":
+        wide = bytearray(2 * len(data))
+        wide[2::4], wide[3::4] = data[0::2], data[1::2]
+        data = bytes(wide)
+    arr = array.array("d" if dtype == "F64" else "f")
+    arr.frombytes(data)
+    if sys.byteorder == "big":
+        arr.byteswap()
+    return arr.tolist()
+
+
+def e4m3_value(code):
+    """float8_e4m3fn: bias 7, no infinities, 0x7F/0xFF NaN."""
+    e, m = (code >> 3) & 15, code & 7
+    mag = (m / 8) * 2.0 ** -6 if e == 0 else (1 + m / 8) * 2.0 ** (e - 7)
+    return -mag if code & 0x80 else mag
+
+
+def e4m3_code(v):
+    """Nearest finite E4M3 code to v (never the NaN codes 0x7F/0xFF)."""
+    best = min(range(0x7F), key=lambda c: (abs(e4m3_value(c) - abs(v)), c & 1))
+    return best | (0x80 if v < 0 and best else 0)
+
+
+# Uniform random bytes -> E4M3 codes of normally distributed values (sigma 150: typical
+# |x| ~ 100, tails up to the 448 limit, as block-scaled DeepSeek weights), two buckets of zero.
+_NORMAL = statistics.NormalDist(0.0, 150.0)
+FP8_CODES = bytes(0 if b in (127, 128) else e4m3_code(_NORMAL.inv_cdf((b + 0.5) / 256))
+                  for b in range(256))
+
+
+def value_rng(seed, tensor):
+    key = hashlib.blake2b(("realistic\0%s\0%s" % (seed, tensor.name)).encode(),
+                          digest_size=16).digest()
+    return random.Random(int.from_bytes(key, "little"))
+
+
+def realistic_floats(rng, tensor):
+    """Norms near 1; otherwise small zero-mean weights (sigma 0.02) with the patterns the
+    encoders treat specially: some 32-value blocks all positive (Q4_K clips them), some all
+    zero, an all-zero 256-run, and scattered exact zeros."""
+    n = tensor.numel
+    if "norm" in tensor.name:
+        return [1.0 + rng.gauss(0.0, 0.05) for _ in range(n)]
+    vals = [rng.gauss(0.0, 0.02) for _ in range(n)]
+    if n >= 256:
+        for k in range(0, n, 32):
+            r = rng.random()
+            if r < 1 / 16:
+                vals[k:k + 32] = [abs(v) for v in vals[k:k + 32]]
+            elif r < 3 / 32:
+                vals[k:k + 32] = [0.0] * len(vals[k:k + 32])
+        for i in range(7, n, 53):
+            vals[i] = 0.0
+    if n >= 2048:
+        vals[1024:1280] = [0.0] * 256
+    return vals
+
+
+def realistic_bytes(seed, tensor):
+    """The whole tensor, or None for dtypes that keep random bits (integers, BOOL)."""
+    rng = value_rng(seed, tensor)
+    if tensor.dtype == "F8_E4M3":
+        return rng.randbytes(tensor.numel).translate(FP8_CODES)
+    if tensor.name.endswith("_scale_inv"):
+        # Block scales: positive and varied, so that |real weight| ~ 100 x scale ~ 0.01.
+        if tensor.dtype in ("F8_E8M0", "U8"):
+            return bytes(127 + rng.randint(-16, -11) for _ in range(tensor.numel))
+        scales = [2e-5 * 20 ** rng.random() for _ in range(tensor.numel)]
+        return encode_floats(scales, tensor.dtype)
+    if tensor.dtype in FLOAT_DTYPES:
+        return encode_floats(realistic_floats(rng, tensor), tensor.dtype)
+    return None
+
+
+# --------------------------------------------------------------------------------------
+# Knobs: --poison, --zero-lm-head, --zero-tensor
+# --------------------------------------------------------------------------------------
+
+NAN_BITS = {"F32": "<I", "F16": "<H", "BF16": "<H", "F64": "<Q", "F8_E4M3": "<B",
+            "F8_E8M0": "<B"}
+POISON_BITS = {
+    "nan": {"F32": 0x7FC00000, "F16": 0x7E00, "BF16": 0x7FC0, "F64": 0x7FF8000000000000,
+            "F8_E4M3": 0x7F, "F8_E8M0": 0xFF},
+    "inf": {"F32": 0x7F800000, "F16": 0x7C00, "BF16": 0x7F80, "F64": 0x7FF0000000000000},
+}
+MEAN_SHIFT = 150.0  # |mean| > 100 after the shift: weights are far smaller than 50
+
+
+def knob_plan(args, tensors):
+    """{tensor name: [transform]} from the knobs; a transform is ("zero",), ("set", bits)
+    for the middle element, ("shift", x) or ("fill", bytes of one element)."""
+    by_name = {t.name: t for t in tensors}
+    plan = {}
+
+    def need(name, what):
+        if name not in by_name:
+            raise ValueError("%s: the preset has no tensor %r" % (what, name))
+        return by_name[name]
+
+    for name in args.zero_tensor or []:
+        need(name, "--zero-tensor")
+        plan.setdefault(name, []).append(("zero",))
+    if args.zero_lm_head:
+        need("lm_head.weight", "--zero-lm-head (a tied model has none)")
+        plan.setdefault("lm_head.weight", []).append(("zero",))
+    for spec in args.poison or []:
+        name, kind = spec.rsplit(":", 1)
+        t = need(name, "--poison")
+        if kind == "mean" and t.dtype == "F8_E4M3":
+            # FP8: every code 128.0 (0x70) with all block scales 1.0 -> mean 128.
+            scale = need(name + "_scale_inv", "--poison %s" % spec)
+            one = (struct.pack("<f", 1.0) if scale.dtype == "F32" else b"\x7f")
+            plan.setdefault(name, []).append(("fill", b"\x70"))
+            plan.setdefault(scale.name, []).append(("fill", one))
+        elif kind == "mean" and t.dtype in FLOAT_DTYPES:
+            plan.setdefault(name, []).append(("shift", MEAN_SHIFT))
+        elif kind in POISON_BITS and t.dtype in POISON_BITS[kind]:
+            plan.setdefault(name, []).append(("set", POISON_BITS[kind][t.dtype]))
+        else:
+            hint = (" (FP8 has no Inf: poison its _scale_inv instead)"
+                    if t.dtype == "F8_E4M3" else "")
+            raise ValueError("--poison %s: a %s tensor cannot take %r%s"
+                             % (spec, t.dtype, kind, hint))
+    return plan
+
+
+def apply_knobs(chunk, tensor, first, transforms):
+    """Apply transforms to the chunk holding elements [first, first + len/size)."""
+    size = DTYPE_SIZE[tensor.dtype]
+    for op in transforms:
+        if op[0] == "zero":
+            chunk = bytes(len(chunk))
+        elif op[0] == "fill":
+            chunk = op[1] * (len(chunk) // size)
+        elif op[0] == "shift":
+            chunk = encode_floats([v + op[1] for v in decode_floats(chunk, tensor.dtype)],
+                                  tensor.dtype)
+        elif op[0] == "set":
+            at = (tensor.numel // 2 - first) * size
+            if 0 <= at < len(chunk):
+                chunk = chunk[:at] + struct.pack(NAN_BITS[tensor.dtype], op[1]) + \
+                    chunk[at + size:]
+    return chunk
+
+
+def tensor_data(args, tensor, knobs):
+    """The tensor's bytes in CHUNK pieces: random bits or realistic values, then the knobs."""
+    data = realistic_bytes(args.seed, tensor) if args.values == "realistic" else None
+    if data is None:
+        chunks = tensor_chunks(args.seed, tensor)
+    else:
+        chunks = (data[i:i + CHUNK] for i in range(0, len(data), CHUNK))
+    first = 0
+    for chunk in chunks:
+        if tensor.name in knobs:
+            chunk = apply_knobs(chunk, tensor, first, knobs[tensor.name])
+        yield chunk
+        first += len(chunk) // DTYPE_SIZE[tensor.dtype]
+
+
+# --------------------------------------------------------------------------------------
 # Sharding and ordering
 # --------------------------------------------------------------------------------------
 
@@ -554,7 +823,7 @@ class HashingWriter:
         self.f.close()
 
 
-def write_safetensors(path, tensors, args, rng):
+def write_safetensors(path, tensors, args, rng, knobs):
     """Write one shard; returns the sha256 hex of its content (None when sparse)."""
     if args.shuffle_data:
         header_order, data_order = shuffled_orders(tensors, rng)
@@ -574,7 +843,7 @@ def write_safetensors(path, tensors, args, rng):
             w.f.truncate(8 + len(header) + pos)
             return None
         for t in data_order:
-            for chunk in tensor_chunks(args.seed, t):
+            for chunk in tensor_data(args, t, knobs):
                 w.write(chunk)
         return w.sha.hexdigest()
     finally:
@@ -604,8 +873,8 @@ class PlainTarget:
         with open(os.path.join(self.dir, name), "wb") as f:
             f.write(data)
 
-    def write_shard(self, name, tensors, args, rng):
-        write_safetensors(os.path.join(self.dir, name), tensors, args, rng)
+    def write_shard(self, name, tensors, args, rng, knobs):
+        write_safetensors(os.path.join(self.dir, name), tensors, args, rng, knobs)
 
     def finish(self):
         return {"dir": self.dir}
@@ -650,9 +919,9 @@ class HfCacheTarget:
             f.write(data)
         self.files[name] = self._store(tmp, blob)
 
-    def write_shard(self, name, tensors, args, rng):
+    def write_shard(self, name, tensors, args, rng, knobs):
         tmp = self._tmp(name)
-        sha = write_safetensors(tmp, tensors, args, rng)
+        sha = write_safetensors(tmp, tensors, args, rng, knobs)
         if sha is None:
             # Sparse: hashing 29 GB of zeros is pointless; use a name-derived sha256.
             sha = hashlib.sha256(("sparse\0%s\0%s\0%s" % (self.repo, name, self.seed))
@@ -719,6 +988,21 @@ def parse_args(argv):
                    help="number of layers (%s only)" % ", ".join(LAYERED_PRESETS))
     p.add_argument("--fp8-dtype", default=None, choices=["F8_E4M3", "U8", "I8"],
                    help="dtype of the FP8 weights (deepseek-v3 only; default F8_E4M3)")
+    p.add_argument("--fp8-scale-dtype", default=None, choices=["F32", "F8_E8M0"],
+                   help="dtype of the weight_scale_inv tensors (fp8-tiny only; default F32; "
+                        "F8_E8M0 = the ue8m0 variant, scale 2^(byte-127))")
+    p.add_argument("--weights-dtype", default=None, choices=["BF16", "F16", "F32"],
+                   help="dtype of the projection and embedding weights (%s; default BF16)"
+                        % ", ".join(WEIGHTS_DTYPE_PRESETS))
+    p.add_argument("--values", default=None, choices=["random-bits", "realistic"],
+                   help="tensor values: random bit patterns (default of the older presets) or "
+                        "realistic weights (default of quant-tiny and fp8-tiny)")
+    p.add_argument("--poison", action="append", metavar="NAME:nan|inf|mean",
+                   help="put a NaN or an Inf in the middle of tensor NAME, or shift it so that "
+                        "|mean| > 100 (repeatable)")
+    p.add_argument("--zero-lm-head", action="store_true", help="lm_head.weight all zeros")
+    p.add_argument("--zero-tensor", action="append", metavar="NAME",
+                   help="tensor NAME all zeros (repeatable)")
     args = p.parse_args(argv)
     if args.layers is not None and args.preset not in LAYERED_PRESETS:
         p.error("--layers applies to %s only" % ", ".join(LAYERED_PRESETS))
@@ -726,6 +1010,16 @@ def parse_args(argv):
         p.error("--layers must be >= 1")
     if args.fp8_dtype is not None and args.preset != "deepseek-v3":
         p.error("--fp8-dtype applies to deepseek-v3 only")
+    if args.fp8_scale_dtype is not None and args.preset != "fp8-tiny":
+        p.error("--fp8-scale-dtype applies to fp8-tiny only")
+    if args.weights_dtype is not None and args.preset not in WEIGHTS_DTYPE_PRESETS:
+        p.error("--weights-dtype applies to %s only" % ", ".join(WEIGHTS_DTYPE_PRESETS))
+    for spec in args.poison or []:
+        if ":" not in spec or spec.rsplit(":", 1)[1] not in ("nan", "inf", "mean"):
+            p.error("--poison takes NAME:nan, NAME:inf or NAME:mean, not %r" % spec)
+    if args.sparse and (args.poison or args.zero_lm_head or args.zero_tensor
+                        or args.values == "realistic"):
+        p.error("--sparse writes no data: it excludes --poison, --zero-*, --values realistic")
     if args.hf_cache is True:
         if not args.out_dir:
             p.error("--hf-cache without a value needs OUT_DIR as the cache root")
@@ -747,7 +1041,14 @@ def generate(args):
         extra["layers"] = args.layers
     if args.fp8_dtype is not None:
         extra["fp8"] = args.fp8_dtype
+    if args.fp8_scale_dtype is not None:
+        extra["fp8_scale"] = args.fp8_scale_dtype
+    if args.weights_dtype is not None:
+        extra["wdtype"] = args.weights_dtype
     preset = PRESETS[args.preset](args.tie_embeddings, args.shards, **extra)
+    if args.values is None:
+        args.values = preset.values
+    knobs = knob_plan(args, preset.tensors)
     if args.layout == "single":
         n = 1
     else:
@@ -765,7 +1066,7 @@ def generate(args):
     rng = random.Random("order:%s" % args.seed)
     weight_map = {}
     for name, group in zip(names, groups):
-        target.write_shard(name, group, args, rng)
+        target.write_shard(name, group, args, rng, knobs)
         for t in group:
             weight_map[t.name] = name
     files = list(names)
