@@ -4,94 +4,18 @@
 #include <immintrin.h>
 
 #include <cmath>
-#include <limits>
 
 #include "format/codec/block_layout.h"
 #include "format/codec/half.h"
 #include "format/codec/kernels_isa.h"
 #include "format/codec/reference.h"
 #include "format/codec/rust_numeric.h"
-
-#define APRFS_AVX2 __attribute__((target("avx2,f16c")))
+#include "format/codec/simd_avx2.h"
 
 namespace aprfs::codec {
 namespace {
 
-constexpr float kInf = std::numeric_limits<float>::infinity();
-
-// ---- Rust semantics on 8 lanes -------------------------------------------------------------
-// _mm256_max_ps(a, b) is `a > b ? a : b` and _mm256_min_ps(a, b) is `a < b ? a : b`: both
-// return b when either is NaN. With the running accumulator as b, a NaN element is ignored,
-// which is what the fmax/fmin folds do.
-
-APRFS_AVX2 inline __m256 Abs(__m256 v) {
-  return _mm256_castsi256_ps(_mm256_and_si256(_mm256_castps_si256(v), _mm256_set1_epi32(0x7FFFFFFF)));
-}
-
-APRFS_AVX2 inline __m256 Negate(__m256 v) { return _mm256_xor_ps(v, _mm256_set1_ps(-0.0f)); }
-
-// `as u8` of clamp(round(y), 0, hi), hi integer: clamping first gives the same integer, and
-// max_ps(y, 0) turns a NaN into 0 as `as u8` does. round = ties away from zero: truncate,
-// then add 1 where the (exact) fraction is >= 0.5.
-APRFS_AVX2 inline __m256i RoundClampUnsigned(__m256 y, __m256 hi) {
-  const __m256 c = _mm256_min_ps(_mm256_max_ps(y, _mm256_setzero_ps()), hi);
-  const __m256i t = _mm256_cvttps_epi32(c);
-  const __m256 frac = _mm256_sub_ps(c, _mm256_cvtepi32_ps(t));
-  const __m256 up = _mm256_cmp_ps(frac, _mm256_set1_ps(0.5f), _CMP_GE_OQ);  // all ones = -1
-  return _mm256_sub_epi32(t, _mm256_castps_si256(up));
-}
-
-// `as i8` of clamp(round(y), lo, hi), lo <= 0 <= hi integers; NaN -> 0.
-APRFS_AVX2 inline __m256i RoundClampSigned(__m256 y, __m256 lo, __m256 hi) {
-  const __m256 ordered = _mm256_cmp_ps(y, y, _CMP_ORD_Q);
-  const __m256 c = _mm256_min_ps(_mm256_max_ps(y, lo), hi);
-  __m256i t = _mm256_cvttps_epi32(c);
-  const __m256 frac = _mm256_sub_ps(c, _mm256_cvtepi32_ps(t));
-  t = _mm256_sub_epi32(t, _mm256_castps_si256(_mm256_cmp_ps(frac, _mm256_set1_ps(0.5f), _CMP_GE_OQ)));
-  t = _mm256_add_epi32(t, _mm256_castps_si256(_mm256_cmp_ps(frac, _mm256_set1_ps(-0.5f), _CMP_LE_OQ)));
-  return _mm256_and_si256(t, _mm256_castps_si256(ordered));
-}
-
-// ---- Lane plumbing ---------------------------------------------------------------------------
-
-template <bool kMax>
-APRFS_AVX2 inline __m256 MinOrMax(__m256 a, __m256 b) {
-  return kMax ? _mm256_max_ps(a, b) : _mm256_min_ps(a, b);
-}
-
-// Lane j of the result = min or max of the 8 lanes of p[j] (p holds no NaN).
-template <bool kMax>
-APRFS_AVX2 inline __m256 ReduceEight(const __m256 p[8]) {
-  __m256 a[4];  // low half: p[2k] folded to 4 lanes, high half: p[2k+1]
-  for (int k = 0; k < 4; ++k) {
-    a[k] = MinOrMax<kMax>(_mm256_permute2f128_ps(p[2 * k], p[2 * k + 1], 0x20),
-                          _mm256_permute2f128_ps(p[2 * k], p[2 * k + 1], 0x31));
-  }
-  // Per half, lanes [p0 p2 p0 p2] folded to 2 (b0), [p4 p6 p4 p6] (b1); high halves p1 p3 / p5 p7.
-  const __m256 b0 = MinOrMax<kMax>(_mm256_unpacklo_ps(a[0], a[1]), _mm256_unpackhi_ps(a[0], a[1]));
-  const __m256 b1 = MinOrMax<kMax>(_mm256_unpacklo_ps(a[2], a[3]), _mm256_unpackhi_ps(a[2], a[3]));
-  // [p0 p2 p4 p6 | p1 p3 p5 p7], each fully folded.
-  const __m256 c = MinOrMax<kMax>(_mm256_shuffle_ps(b0, b1, 0x44), _mm256_shuffle_ps(b0, b1, 0xEE));
-  return _mm256_permutevar8x32_ps(c, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-}
-
-APRFS_AVX2 inline float HorizontalMax(__m256 v) {
-  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-  m = _mm_max_ss(m, _mm_movehdup_ps(m));
-  return _mm_cvtss_f32(m);
-}
-
-// 32 int32 lanes (values fit in a byte, signed or unsigned as `Signed`) -> 32 bytes in order.
-template <bool kSigned>
-APRFS_AVX2 inline void StoreBytes32(__m256i v0, __m256i v1, __m256i v2, __m256i v3, uint8_t* out) {
-  const __m256i w01 = _mm256_packs_epi32(v0, v1);  // per 128-bit half: [v0 4, v1 4]
-  const __m256i w23 = _mm256_packs_epi32(v2, v3);
-  const __m256i b = kSigned ? _mm256_packs_epi16(w01, w23) : _mm256_packus_epi16(w01, w23);
-  // dwords now hold v0[0..3] v1[0..3] v2[0..3] v3[0..3] v0[4..7] v1[4..7] ...
-  const __m256i ordered = _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), ordered);
-}
+using namespace avx2;
 
 // ---- Sources -> f32 ---------------------------------------------------------------------------
 
@@ -162,8 +86,6 @@ APRFS_AVX2 void E4m3ScaledToBf16(const uint8_t* src, size_t n, float scale, uint
 // ---- Q4_K (§5.4.2) ------------------------------------------------------------------------------
 
 APRFS_AVX2 void Q4kBlock(const float* x, uint8_t* out) {
-  const __m256 zero = _mm256_setzero_ps();
-  const __m256 floor = _mm256_set1_ps(kF16MinNormal);
   __m256 lo_lanes[8];
   __m256 hi_lanes[8];
   for (int j = 0; j < 8; ++j) {
@@ -177,43 +99,8 @@ APRFS_AVX2 void Q4kBlock(const float* x, uint8_t* out) {
     lo_lanes[j] = lo;
     hi_lanes[j] = hi;
   }
-  const __m256 lo = ReduceEight<false>(lo_lanes);  // lane j: sub-block j
-  const __m256 hi = ReduceEight<true>(hi_lanes);
-  const __m256 range = _mm256_sub_ps(hi, lo);
-  const __m256 sub_scale =
-      _mm256_blendv_ps(floor, _mm256_div_ps(range, _mm256_set1_ps(15.0f)), _mm256_cmp_ps(range, floor, _CMP_GT_OQ));
-  const __m256 sub_min = _mm256_max_ps(Negate(lo), zero);
-  const float max_scale = RustFmax(0.0f, HorizontalMax(sub_scale));  // no NaN lanes
-  const float max_min = RustFmax(0.0f, HorizontalMax(sub_min));
-  const float d = max_scale > kF16MinNormal ? max_scale / 63.0f : kF16MinNormal;
-  const float dmin = max_min > kF16MinNormal ? max_min / 63.0f : kF16MinNormal;
-  const __m256i sc = RoundClampUnsigned(_mm256_div_ps(sub_scale, _mm256_set1_ps(d)), _mm256_set1_ps(63.0f));
-  const __m256i m = RoundClampUnsigned(_mm256_div_ps(sub_min, _mm256_set1_ps(dmin)), _mm256_set1_ps(63.0f));
-
-  StoreLe16(out, F32ToF16(d));
-  StoreLe16(out + 2, F32ToF16(dmin));
-  alignas(32) int32_t sc32[8];
-  alignas(32) int32_t m32[8];
-  _mm256_store_si256(reinterpret_cast<__m256i*>(sc32), sc);
-  _mm256_store_si256(reinterpret_cast<__m256i*>(m32), m);
-  uint8_t sc8[8];
-  uint8_t m8[8];
-  for (int j = 0; j < 8; ++j) {
-    sc8[j] = static_cast<uint8_t>(sc32[j]);
-    m8[j] = static_cast<uint8_t>(m32[j]);
-  }
-  PackQ4kScales(sc8, m8, out + 4);
-
-  // Per sub-block: s = d * sc, o = dmin * m (unrounded d, dmin); codes only where s > EPS.
-  const __m256 s = _mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sc));
-  const __m256 o = _mm256_mul_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(m));
-  const __m256 valid = _mm256_cmp_ps(s, _mm256_set1_ps(kEps), _CMP_GT_OQ);
-  alignas(32) float s8[8];
-  alignas(32) float o8[8];
-  alignas(32) int32_t valid8[8];
-  _mm256_store_ps(s8, s);
-  _mm256_store_ps(o8, o);
-  _mm256_store_si256(reinterpret_cast<__m256i*>(valid8), _mm256_castps_si256(valid));
+  Q4kSubBlocks sub;
+  Q4kHeader(ReduceEight<false>(lo_lanes), ReduceEight<true>(hi_lanes), out, sub);
   const __m256 fifteen = _mm256_set1_ps(15.0f);
   for (int c = 0; c < 4; ++c) {
     const int jl = 2 * c;
@@ -223,11 +110,11 @@ APRFS_AVX2 void Q4kBlock(const float* x, uint8_t* out) {
       const __m256 vl = _mm256_loadu_ps(x + 64 * c + 8 * g);
       const __m256 vh = _mm256_loadu_ps(x + 64 * c + 32 + 8 * g);
       const __m256i ql = _mm256_and_si256(
-          RoundClampUnsigned(_mm256_div_ps(_mm256_add_ps(vl, _mm256_set1_ps(o8[jl])), _mm256_set1_ps(s8[jl])), fifteen),
-          _mm256_set1_epi32(valid8[jl]));
+          RoundClampUnsigned(_mm256_div_ps(_mm256_add_ps(vl, _mm256_set1_ps(sub.o[jl])), _mm256_set1_ps(sub.s[jl])), fifteen),
+          _mm256_set1_epi32(sub.valid[jl]));
       const __m256i qh = _mm256_and_si256(
-          RoundClampUnsigned(_mm256_div_ps(_mm256_add_ps(vh, _mm256_set1_ps(o8[jh])), _mm256_set1_ps(s8[jh])), fifteen),
-          _mm256_set1_epi32(valid8[jh]));
+          RoundClampUnsigned(_mm256_div_ps(_mm256_add_ps(vh, _mm256_set1_ps(sub.o[jh])), _mm256_set1_ps(sub.s[jh])), fifteen),
+          _mm256_set1_epi32(sub.valid[jh]));
       bytes[g] = _mm256_or_si256(ql, _mm256_slli_epi32(qh, 4));
     }
     StoreBytes32<false>(bytes[0], bytes[1], bytes[2], bytes[3], out + 16 + 32 * c);
@@ -242,30 +129,13 @@ APRFS_AVX2 void Q4kBlocks(const float* x, size_t blocks, uint8_t* out) {
 
 APRFS_AVX2 void Q6kBlock(const float* x, uint8_t* out) {
   const __m256 zero = _mm256_setzero_ps();
-  const __m256 floor = _mm256_set1_ps(kF16MinNormal);
   __m256 ma_lanes[16];
   for (int j = 0; j < 16; ++j) {
     const __m256 a = _mm256_max_ps(Abs(_mm256_loadu_ps(x + 16 * j)), zero);
     ma_lanes[j] = _mm256_max_ps(Abs(_mm256_loadu_ps(x + 16 * j + 8)), a);
   }
-  __m256 sub_scale[2];  // sub-blocks 0..7, 8..15
-  for (int h = 0; h < 2; ++h) {
-    const __m256 ma = ReduceEight<true>(ma_lanes + 8 * h);
-    sub_scale[h] = _mm256_blendv_ps(floor, _mm256_div_ps(ma, _mm256_set1_ps(31.0f)), _mm256_cmp_ps(ma, floor, _CMP_GT_OQ));
-  }
-  const float max_scale = RustFmax(0.0f, HorizontalMax(_mm256_max_ps(sub_scale[0], sub_scale[1])));
-  const float d = max_scale > kF16MinNormal ? max_scale / 127.0f : kF16MinNormal;
   alignas(32) float inv[16];
-  for (int h = 0; h < 2; ++h) {
-    const __m256i sc = RoundClampSigned(_mm256_div_ps(sub_scale[h], _mm256_set1_ps(d)), _mm256_set1_ps(-127.0f),
-                                        _mm256_set1_ps(127.0f));
-    const __m128i sc16 = _mm_packs_epi32(_mm256_castsi256_si128(sc), _mm256_extracti128_si256(sc, 1));
-    _mm_storel_epi64(reinterpret_cast<__m128i*>(out + 192 + 8 * h), _mm_packs_epi16(sc16, sc16));
-    const __m256 s = _mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sc));
-    const __m256 big = _mm256_cmp_ps(Abs(s), _mm256_set1_ps(kEps), _CMP_GT_OQ);
-    _mm256_store_ps(inv + 8 * h, _mm256_and_ps(_mm256_div_ps(_mm256_set1_ps(1.0f), s), big));
-  }
-  StoreLe16(out + 208, F32ToF16(d));
+  Q6kScales(ReduceEight<true>(ma_lanes), ReduceEight<true>(ma_lanes + 8), out, inv);
 
   const __m256 lo = _mm256_set1_ps(-32.0f);
   const __m256 hi = _mm256_set1_ps(31.0f);
@@ -306,14 +176,8 @@ APRFS_AVX2 void AprQ4EightBlocks(const float* x, uint8_t* out) {
     for (int k = 0; k < 4; ++k) ma = _mm256_max_ps(Abs(_mm256_loadu_ps(x + 32 * b + 8 * k)), ma);
     ma_lanes[b] = ma;
   }
-  const __m256 max_abs = ReduceEight<true>(ma_lanes);
-  const __m256 scale = _mm256_blendv_ps(_mm256_div_ps(max_abs, _mm256_set1_ps(7.0f)), _mm256_set1_ps(1.0f),
-                                        _mm256_cmp_ps(max_abs, zero, _CMP_EQ_OQ));
-  // F16C's RNE conversion is bit-identical to F32ToF16 (§4.4, and CodecHalf tests).
-  alignas(16) uint16_t scale16[8];
-  _mm_store_si128(reinterpret_cast<__m128i*>(scale16), _mm256_cvtps_ph(scale, _MM_FROUND_TO_NEAREST_INT));
   alignas(32) float scale8[8];
-  _mm256_store_ps(scale8, scale);
+  AprQ4Scales(ReduceEight<true>(ma_lanes), out, scale8);
   const __m256 lo = _mm256_set1_ps(-8.0f);
   const __m256 hi = _mm256_set1_ps(7.0f);
   const __m256i bias = _mm256_set1_epi32(8);
@@ -329,9 +193,7 @@ APRFS_AVX2 void AprQ4EightBlocks(const float* x, uint8_t* out) {
     const __m256i pairs = _mm256_maddubs_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(codes)),
                                                _mm256_set1_epi16(0x1001));
     const __m128i packed = _mm_packus_epi16(_mm256_castsi256_si128(pairs), _mm256_extracti128_si256(pairs, 1));
-    uint8_t* block = out + kAprQ4BlockBytes * b;
-    StoreLe16(block, scale16[b]);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(block + 2), packed);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + kAprQ4BlockBytes * b + 2), packed);
   }
 }
 
