@@ -15,7 +15,7 @@
 namespace aprfs::codec {
 namespace {
 
-bool HaveF16c() { return __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx"); }
+bool HaveF16c() { return IsaAvailable(Isa::kAvx2); }  // AVX2 is only chosen with F16C
 
 // x86's own conversion, 8 at a time; imm 0 = round to nearest even regardless of MXCSR.
 __attribute__((target("avx,f16c"))) void F16cConvert(const float* x, uint16_t* out) {
