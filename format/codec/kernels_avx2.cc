@@ -121,10 +121,6 @@ APRFS_AVX2 void Q4kBlock(const float* x, uint8_t* out) {
   }
 }
 
-APRFS_AVX2 void Q4kBlocks(const float* x, size_t blocks, uint8_t* out) {
-  for (size_t b = 0; b < blocks; ++b) Q4kBlock(x + b * kSuperBlock, out + b * kQ4kBlockBytes);
-}
-
 // ---- Q6_K (§5.5) --------------------------------------------------------------------------------
 
 APRFS_AVX2 void Q6kBlock(const float* x, uint8_t* out) {
@@ -162,10 +158,6 @@ APRFS_AVX2 void Q6kBlock(const float* x, uint8_t* out) {
   }
 }
 
-APRFS_AVX2 void Q6kBlocks(const float* x, size_t blocks, uint8_t* out) {
-  for (size_t b = 0; b < blocks; ++b) Q6kBlock(x + b * kSuperBlock, out + b * kQ6kBlockBytes);
-}
-
 // ---- AprQ4 (§5.3), eight full blocks at a time ------------------------------------------------
 
 APRFS_AVX2 void AprQ4EightBlocks(const float* x, uint8_t* out) {
@@ -195,12 +187,6 @@ APRFS_AVX2 void AprQ4EightBlocks(const float* x, uint8_t* out) {
     const __m128i packed = _mm_packus_epi16(_mm256_castsi256_si128(pairs), _mm256_extracti128_si256(pairs, 1));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out + kAprQ4BlockBytes * b + 2), packed);
   }
-}
-
-APRFS_AVX2 void AprQ4(const float* x, size_t n, uint8_t* out) {
-  size_t i = 0;
-  for (; i + 8 * kAprQ4Block <= n; i += 8 * kAprQ4Block) AprQ4EightBlocks(x + i, out + i / kAprQ4Block * kAprQ4BlockBytes);
-  EncodeAprQ4Ref(x + i, n - i, out + i / kAprQ4Block * kAprQ4BlockBytes);
 }
 
 // ---- max_abs, AprQ8 (§5.2) ----------------------------------------------------------------------
@@ -254,9 +240,9 @@ constexpr CodecKernels kAvx2 = {
     .widen_bf16 = WidenBf16,
     .widen_f16 = WidenF16,
     .e4m3_scaled_to_bf16 = E4m3ScaledToBf16,
-    .q4k_blocks = Q4kBlocks,
-    .q6k_blocks = Q6kBlocks,
-    .apr_q4 = AprQ4,
+    .q4k_blocks = EachSuperBlock<Q4kBlock, kQ4kBlockBytes>,
+    .q6k_blocks = EachSuperBlock<Q6kBlock, kQ6kBlockBytes>,
+    .apr_q4 = AprQ4ByEightBlocks<AprQ4EightBlocks>,
     .max_abs = MaxAbs,
     .apr_q8 = AprQ8,
     .f16 = F16,

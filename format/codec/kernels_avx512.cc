@@ -118,10 +118,6 @@ APRFS_AVX512 void Q4kBlock(const float* x, uint8_t* out) {
   }
 }
 
-APRFS_AVX512 void Q4kBlocks(const float* x, size_t blocks, uint8_t* out) {
-  for (size_t b = 0; b < blocks; ++b) Q4kBlock(x + b * kSuperBlock, out + b * kQ4kBlockBytes);
-}
-
 // ---- Q6_K (§5.5) --------------------------------------------------------------------------------
 
 APRFS_AVX512 void Q6kBlock(const float* x, uint8_t* out) {
@@ -157,10 +153,6 @@ APRFS_AVX512 void Q6kBlock(const float* x, uint8_t* out) {
   }
 }
 
-APRFS_AVX512 void Q6kBlocks(const float* x, size_t blocks, uint8_t* out) {
-  for (size_t b = 0; b < blocks; ++b) Q6kBlock(x + b * kSuperBlock, out + b * kQ6kBlockBytes);
-}
-
 // ---- AprQ4 (§5.3), eight full blocks at a time ------------------------------------------------
 
 APRFS_AVX512 void AprQ4EightBlocks(const float* x, uint8_t* out) {
@@ -186,12 +178,6 @@ APRFS_AVX512 void AprQ4EightBlocks(const float* x, uint8_t* out) {
       _mm_storel_epi64(reinterpret_cast<__m128i*>(out + kAprQ4BlockBytes * b + 2 + 8 * k), _mm512_cvtepi64_epi8(pair));
     }
   }
-}
-
-APRFS_AVX512 void AprQ4(const float* x, size_t n, uint8_t* out) {
-  size_t i = 0;
-  for (; i + 8 * kAprQ4Block <= n; i += 8 * kAprQ4Block) AprQ4EightBlocks(x + i, out + i / kAprQ4Block * kAprQ4BlockBytes);
-  EncodeAprQ4Ref(x + i, n - i, out + i / kAprQ4Block * kAprQ4BlockBytes);
 }
 
 // ---- AprQ8 (§5.2) ----------------------------------------------------------------------
@@ -227,9 +213,9 @@ APRFS_AVX512 void F16(const float* x, size_t n, uint8_t* out) {
 CodecKernels MakeAvx512Kernels() {
   CodecKernels k = Avx2Kernels();
   k.e4m3_scaled_to_bf16 = E4m3ScaledToBf16;
-  k.q4k_blocks = Q4kBlocks;
-  k.q6k_blocks = Q6kBlocks;
-  k.apr_q4 = AprQ4;
+  k.q4k_blocks = EachSuperBlock<Q4kBlock, kQ4kBlockBytes>;
+  k.q6k_blocks = EachSuperBlock<Q6kBlock, kQ6kBlockBytes>;
+  k.apr_q4 = AprQ4ByEightBlocks<AprQ4EightBlocks>;
   k.apr_q8 = AprQ8;
   k.f16 = F16;
   return k;

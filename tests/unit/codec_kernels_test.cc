@@ -153,29 +153,21 @@ TEST(CodecKernels, BestIsaIsAvailable) {
   EXPECT_EQ(IsaName(Isa::kAvx512), "avx512");
 }
 
-TEST(CodecKernels, Q4kSimdEqualsScalar) {
+// All of Blocks() through a Q4_K / Q6_K kernel of every SIMD table, against the scalar one.
+void ExpectSuperBlocksEqual(void (*CodecKernels::*kernel)(const float*, size_t, uint8_t*), size_t block_bytes) {
   const std::vector<float>& x = Blocks();
   const size_t blocks = x.size() / kSuperBlock;
-  std::vector<uint8_t> want(blocks * kQ4kBlockBytes);
-  Scalar().q4k_blocks(x.data(), blocks, want.data());
+  std::vector<uint8_t> want(blocks * block_bytes);
+  (Scalar().*kernel)(x.data(), blocks, want.data());
   for (Isa isa : SimdIsas()) {
     std::vector<uint8_t> got(want.size());
-    Kernels(isa).q4k_blocks(x.data(), blocks, got.data());
-    EXPECT_EQ(FirstDifference(want, got, kQ4kBlockBytes, x.data(), kSuperBlock), "") << IsaName(isa);
+    (Kernels(isa).*kernel)(x.data(), blocks, got.data());
+    EXPECT_EQ(FirstDifference(want, got, block_bytes, x.data(), kSuperBlock), "") << IsaName(isa);
   }
 }
 
-TEST(CodecKernels, Q6kSimdEqualsScalar) {
-  const std::vector<float>& x = Blocks();
-  const size_t blocks = x.size() / kSuperBlock;
-  std::vector<uint8_t> want(blocks * kQ6kBlockBytes);
-  Scalar().q6k_blocks(x.data(), blocks, want.data());
-  for (Isa isa : SimdIsas()) {
-    std::vector<uint8_t> got(want.size());
-    Kernels(isa).q6k_blocks(x.data(), blocks, got.data());
-    EXPECT_EQ(FirstDifference(want, got, kQ6kBlockBytes, x.data(), kSuperBlock), "") << IsaName(isa);
-  }
-}
+TEST(CodecKernels, Q4kSimdEqualsScalar) { ExpectSuperBlocksEqual(&CodecKernels::q4k_blocks, kQ4kBlockBytes); }
+TEST(CodecKernels, Q6kSimdEqualsScalar) { ExpectSuperBlocksEqual(&CodecKernels::q6k_blocks, kQ6kBlockBytes); }
 
 // Odd lengths at odd offsets: (offset, n) pairs over Blocks(), plus the whole buffer less a few.
 std::vector<std::pair<size_t, size_t>> Slices() {
