@@ -2,11 +2,12 @@
 // set this CPU has, over realistic random weights: N(0, 0.02) rounded to BF16, 64 MiB of BF16
 // source by default. Figures are GB/s of *source consumed* (BF16 bytes for the "widen_bf16 + X"
 // pipelines, which widen 4096 elements into an L1-resident buffer and encode them, as the read
-// path does; f32 bytes for an encoder run alone), median of several runs, and the ratio to the
-// scalar kernels measured in the same run (the tables take turns within each run).
+// path does; f32 bytes for an encoder run alone) per second of this thread's CPU time (so time
+// spent descheduled on a shared machine does not count: the figures are per core), median of
+// several runs, and the ratio to the scalar kernels measured in the same run (the tables take
+// turns within each run).
 // Usage: build/bench/encode_bench [MiB of BF16 source, default 64] [runs, default 5]
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -15,6 +16,8 @@
 #include <random>
 #include <string>
 #include <vector>
+
+#include <time.h>
 
 #include "format/codec/block_layout.h"
 #include "format/codec/half.h"
@@ -27,6 +30,12 @@ using aprfs::codec::CodecKernels;
 using aprfs::codec::Isa;
 
 constexpr size_t kChunk = 4096;  // elements widened then encoded at a time (16 super-blocks)
+
+double ThreadCpuSeconds() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + t.tv_nsec * 1e-9;
+}
 
 struct Inputs {
   size_t n = 0;                   // elements
@@ -69,9 +78,9 @@ std::vector<double> MedianSeconds(const Measure& m, const std::vector<const Code
   std::vector<std::vector<double>> seconds(tables.size());
   for (int r = 0; r < runs; ++r) {
     for (size_t t = 0; t < tables.size(); ++t) {
-      const auto start = std::chrono::steady_clock::now();
+      const double start = ThreadCpuSeconds();
       m.run(*tables[t]);
-      seconds[t].push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      seconds[t].push_back(ThreadCpuSeconds() - start);
     }
   }
   std::vector<double> medians;
@@ -154,7 +163,7 @@ int main(int argc, char** argv) {
     isas.push_back(isa);
     tables.push_back(&Kernels(isa));
   }
-  std::printf("%zu elements (%zu MiB of BF16), median of %d runs, single thread; GB/s of source\n", n, 2 * n >> 20,
+  std::printf("%zu elements (%zu MiB of BF16), median of %d runs, single thread; GB/s of source per CPU-second\n", n, 2 * n >> 20,
               runs);
   std::printf("%-22s %-6s", "kernel", "source");
   for (Isa isa : isas) std::printf(" %9s", std::string(IsaName(isa)).c_str());

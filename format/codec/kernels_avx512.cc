@@ -2,7 +2,7 @@
 // the truncating down-converts (vpmovdb/vpmovdw/vpmovqb); the per-block header arithmetic is
 // the AVX2 code of simd_avx2.h. Same operations as the reference in the same order (IEEE
 // division, no FMA in the target), so the bytes are identical. Kernels that AVX-512 does not
-// make faster (the memory-bound ones, bench/README.md) are taken from the AVX2 table.
+// make faster (bench/README.md) are taken from the AVX2 table.
 // GCC 12 warns about the _mm512_undefined_*() placeholders inside its own AVX-512 intrinsics
 // (GCC bug 105593, fixed in 13): not our variables. Before the include: the pragma is matched
 // against the warning's location, which is in the header.
@@ -195,21 +195,8 @@ APRFS_AVX512 void AprQ8(const float* x, size_t n, float scale, uint8_t* out) {
   EncodeAprQ8Ref(x + i, n - i, scale, out + i);
 }
 
-// ---- F16 (§5.1) ---------------------------------------------------------------------------------
-
-APRFS_AVX512 void F16(const float* x, size_t n, uint8_t* out) {
-  size_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    const __m256i a = _mm512_cvtps_ph(_mm512_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT);
-    const __m256i b = _mm512_cvtps_ph(_mm512_loadu_ps(x + i + 16), _MM_FROUND_TO_NEAREST_INT);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 2 * i), a);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 2 * i + 32), b);
-  }
-  EncodeF16Ref(x + i, n - i, out + 2 * i);
-}
-
-// The memory-bound kernels (widening, max_abs) are no faster on 16 lanes (bench/README.md):
-// those come from the AVX2 table.
+// Widening, max_abs and F16 measured no faster on 16 lanes (bench/README.md; a 16-lane F16 kernel
+// was slower in the widen + f16 pipeline): those come from the AVX2 table.
 CodecKernels MakeAvx512Kernels() {
   CodecKernels k = Avx2Kernels();
   k.e4m3_scaled_to_bf16 = E4m3ScaledToBf16;
@@ -217,7 +204,6 @@ CodecKernels MakeAvx512Kernels() {
   k.q6k_blocks = EachSuperBlock<Q6kBlock, kQ6kBlockBytes>;
   k.apr_q4 = AprQ4ByEightBlocks<AprQ4EightBlocks>;
   k.apr_q8 = AprQ8;
-  k.f16 = F16;
   return k;
 }
 
