@@ -2,9 +2,10 @@
 
 // 8-lane AVX2 helpers shared by kernels_avx2.cc and kernels_avx512.cc: the Rust f32
 // primitives (§4.2) on vectors, lane plumbing, and the per-block header arithmetic (one lane per
-// sub-block), which is the same whatever the width of the per-element work. Internal linkage (static) and the AVX2
-// target attribute: included only by those two files, never by baseline code, so no
-// out-of-line copy with AVX2 instructions can be picked by the linker for a baseline caller.
+// sub-block), which is the same whatever the width of the per-element work.
+// Internal linkage (static) and the AVX2 target attribute: included only by those two files,
+// never by baseline code, so no out-of-line copy with AVX2 instructions can be picked by the
+// linker for a baseline caller.
 #include <immintrin.h>
 
 #include <cstdint>
@@ -24,7 +25,10 @@ inline constexpr float kInf = std::numeric_limits<float>::infinity();
 // ---- Rust semantics on 8 lanes -------------------------------------------------------------
 // _mm256_max_ps(a, b) is `a > b ? a : b` and _mm256_min_ps(a, b) is `a < b ? a : b`: both
 // return b when either is NaN. With the running accumulator as b, a NaN element is ignored,
-// which is what the fmax/fmin folds do.
+// which is what the fmax/fmin folds do. Folding in another order gives the same value; only
+// the sign of an equal ±0 pair may differ, which never reaches an output byte (§4.2).
+// Rounding: c - trunc(c) is exact (the fraction of a float is a float), so comparing it with
+// ±0.5 decides ties exactly, and there is no rounding mode to depend on.
 
 APRFS_AVX2 static inline __m256 Abs(__m256 v) {
   return _mm256_castsi256_ps(_mm256_and_si256(_mm256_castps_si256(v), _mm256_set1_epi32(0x7FFFFFFF)));
@@ -77,6 +81,7 @@ APRFS_AVX2 static inline __m256 ReduceEight(const __m256 p[8]) {
   return _mm256_permutevar8x32_ps(c, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
+// Max of the 8 lanes (no NaN lanes).
 APRFS_AVX2 static inline float HorizontalMax(__m256 v) {
   __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   m = _mm_max_ps(m, _mm_movehl_ps(m, m));
@@ -84,7 +89,7 @@ APRFS_AVX2 static inline float HorizontalMax(__m256 v) {
   return _mm_cvtss_f32(m);
 }
 
-// 32 int32 lanes (values fit in a byte, signed or unsigned as `Signed`) -> 32 bytes in order.
+// 32 int32 lanes (values that fit in a byte, signed if kSigned) -> 32 bytes in order.
 template <bool kSigned>
 APRFS_AVX2 static inline void StoreBytes32(__m256i v0, __m256i v1, __m256i v2, __m256i v3, uint8_t* out) {
   const __m256i w01 = _mm256_packs_epi32(v0, v1);  // per 128-bit half: [v0 4, v1 4]
