@@ -16,8 +16,7 @@ uint16_t LoadLe16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] 
 
 // Q(v, o, s) of §5.4.2: one 4-bit Q4_K code.
 uint8_t Q4kCode(float v, float o, float s) {
-  if (!(s > kEps)) return 0;
-  return RustAsU8(RustClamp(RustRound((v + o) / s), 0.0f, 15.0f));
+  return s > kEps ? RustAsU8(RustClamp(RustRound((v + o) / s), 0.0f, 15.0f)) : 0;
 }
 
 }  // namespace
