@@ -47,6 +47,20 @@ int RunLs(const LsArgs& args) {
         item["size"] = model->file->size();
         item["shards"] = model->shard_count;
         item["tensors"] = model->file->plan().tensor_count;
+        nlohmann::json views = nlohmann::json::array();
+        for (ViewKind view : kAllViews) {
+          nlohmann::json entry = {{"view", ViewName(view)},
+                                  {"file", ViewFileName(model->ref.name, view)}};
+          if (std::shared_ptr<VirtualFile> file = model->views->Get(view)) {
+            entry["size"] = file->size();
+            entry["tensors"] = file->plan().tensor_count;
+            entry["values_checked"] = !model->views->Unchecked(view);
+          } else {
+            entry["error"] = model->views->Error(view);
+          }
+          views.push_back(entry);
+        }
+        item["views"] = views;
       } else {
         item["error"] = model->error;
       }
@@ -66,6 +80,7 @@ int RunLs(const LsArgs& args) {
     for (const std::string& path : paths[model->ref.key]) name += (name.empty() ? "" : " ") + path;
     if (name.empty()) name = "(hidden: name taken) " + model->ref.key;
     width = std::max(width, name.size());
+    width = std::max(width, 2 + ViewFileName(model->ref.name, ViewKind::kInt8).size());
     names.push_back(name);
   }
   width += 2;
@@ -74,11 +89,23 @@ int RunLs(const LsArgs& args) {
   for (size_t i = 0; i < models.size(); ++i) {
     const auto& model = models[i];
     std::cout << std::setw(static_cast<int>(width)) << names[i];
-    if (model->file) {
-      std::cout << std::setw(12) << HumanBytes(model->file->size()) << std::setw(8)
-                << model->shard_count << model->file->plan().tensor_count << "\n";
-    } else {
+    if (!model->file) {
       std::cout << "rejected: " << model->error << "\n";
+      continue;
+    }
+    std::cout << std::setw(12) << HumanBytes(model->file->size()) << std::setw(8)
+              << model->shard_count << model->file->plan().tensor_count << "\n";
+    // Every view with its exact size (in bytes: what stat will say), or why there is none.
+    for (ViewKind view : kAllViews) {
+      if (view == ViewKind::kApr) continue;
+      std::cout << "  " << std::setw(static_cast<int>(width) - 2) << ViewFileName(model->ref.name, view);
+      if (std::shared_ptr<VirtualFile> file = model->views->Get(view)) {
+        std::cout << std::setw(12) << HumanBytes(file->size()) << file->size() << " bytes"
+                  << (model->views->Unchecked(view) ? " (values checked on first open)" : "")
+                  << "\n";
+      } else {
+        std::cout << "not offered: " << model->views->Error(view) << "\n";
+      }
     }
   }
   return 0;

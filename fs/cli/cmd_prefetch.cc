@@ -13,6 +13,7 @@
 #include "fs/cli/commands.h"
 #include "fs/cli/interrupt.h"
 #include "fs/cli/model_target.h"
+#include "fs/cli/prefetch_view.h"
 #include "fs/cli/progress.h"
 
 namespace aprfs {
@@ -88,6 +89,10 @@ int RunPrefetch(const PrefetchArgs& args) {
     std::cerr << "aprfs prefetch: " << target.label
               << ": not in an aprfs mount (give a mounted .apr or ORG/NAME)\n";
     return 1;
+  }
+  // A computed view: the daemon computes it into its cache as it is read (fetching what it needs).
+  if (target.mounted && target.mounted->view != ViewKind::kApr) {
+    return PrefetchMountedView(*target.mounted, target.label);
   }
   if (!target.catalog || (target.mounted && !target.mounted->remote()) ||
       target.catalog->repos.empty()) {

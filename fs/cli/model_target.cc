@@ -29,11 +29,21 @@ MountedModel FindMountedModel(const std::string& mountpoint, const fs::path& fil
   if (!status) throw std::runtime_error(error);
   MountedModel mounted{mountpoint, file.string(), *status, {}};
   const std::string relative = fs::path(file).lexically_relative(mountpoint).string();
-  for (const nlohmann::json& model : mounted.mount.value("models", nlohmann::json::array())) {
-    for (const nlohmann::json& name : model.value("names", nlohmann::json::array())) {
-      if (name == relative) {
-        mounted.model = model;
-        return mounted;
+  // The .apr of a model, else one of its views ("phi-4.q4k.apr" is a view of "phi-4.apr").
+  std::vector<std::pair<std::string, ViewKind>> readings = {{relative, ViewKind::kApr}};
+  const fs::path folder = fs::path(relative).parent_path();
+  if (auto split = SplitViewFileName(fs::path(relative).filename().string());
+      split && split->second != ViewKind::kApr) {
+    readings.emplace_back((folder / ViewFileName(split->first, ViewKind::kApr)).string(), split->second);
+  }
+  for (const auto& [apr_name, view] : readings) {
+    for (const nlohmann::json& model : mounted.mount.value("models", nlohmann::json::array())) {
+      for (const nlohmann::json& name : model.value("names", nlohmann::json::array())) {
+        if (name == apr_name) {
+          mounted.model = model;
+          mounted.view = view;
+          return mounted;
+        }
       }
     }
   }

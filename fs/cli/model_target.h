@@ -4,6 +4,7 @@
 #include <optional>
 #include <string>
 
+#include "format/views/view_kind.h"
 #include "fs/catalog.h"
 #include "fs/cli/commands.h"
 #include "fs/cli/mount_status.h"
@@ -16,6 +17,7 @@ struct MountedModel {
   std::string apr_path;  // absolute path of the file in the mount
   nlohmann::json mount;  // the whole status.json
   nlohmann::json model;  // its entry in "models"
+  ViewKind view = ViewKind::kApr;  // which of the model's files the path names
 
   bool remote() const { return JsonString(model, "kind") == "remote"; }
 };
