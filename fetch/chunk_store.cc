@@ -286,13 +286,17 @@ int ChunkStore::Write(const Claim& claim, uint64_t offset, std::string_view byte
   return 0;
 }
 
-int ChunkStore::Commit(const Claim& claim) {
+int ChunkStore::Commit(const Claim& claim) { return Commit(std::vector<const Claim*>{&claim}); }
+
+int ChunkStore::Commit(const std::vector<const Claim*>& claims) {
   // Durable first, present second: after a crash a present chunk always has its bytes.
   if (::fdatasync(data_fd_) != 0) return errno;
-  auto word = Word(claim.chunk());
-  uint32_t generation = (word.load(std::memory_order_relaxed) + 1) & kGeneration;
-  word.store(kPresent | generation, std::memory_order_release);
-  Touch(claim.chunk());
+  for (const Claim* claim : claims) {
+    auto word = Word(claim->chunk());
+    uint32_t generation = (word.load(std::memory_order_relaxed) + 1) & kGeneration;
+    word.store(kPresent | generation, std::memory_order_release);
+    Touch(claim->chunk());
+  }
   return 0;
 }
 

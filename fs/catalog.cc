@@ -159,6 +159,7 @@ Catalog::Catalog(CatalogOptions options) : options_(std::move(options)) {
   if (options_.computed_cache_dir) {
     chunk_cache_ = std::make_unique<ChunkCache>(*options_.computed_cache_dir + "/chunks",
                                                 options_.cache_limit);
+    chunk_writer_ = std::make_unique<ComputedChunkWriter>(chunk_cache_.get());
     verdicts_ = std::make_unique<VerdictBook>(*options_.computed_cache_dir + "/views");
   } else {
     verdicts_ = std::make_unique<VerdictBook>();
@@ -259,13 +260,14 @@ std::shared_ptr<const BuiltModel> Catalog::Build(const ModelRef& ref, uint64_t f
     // them back then, or they stay resident under the peak.
     ImportedModel imported = ImportShardSet(std::move(loaded.set), [] { malloc_trim(0); });
     const std::string file_name = ViewFileName(ref.name, ViewKind::kApr);
+    const ComputedCache computed{chunk_cache_.get(), chunk_writer_.get()};
     ComputeSettings compute = ComputedStorage(imported.plan, loaded.sources, ViewKind::kApr,
-                                              chunk_cache_.get(), file_name);
+                                              computed, file_name);
     built->file = std::make_shared<VirtualFile>(file_name, std::move(imported.plan), loaded.sources,
                                                 built->counters, std::move(compute));
     built->views = std::make_shared<ModelViews>(ref.name, std::move(loaded.sources),
                                                 std::move(loaded.reload), built->file, counters,
-                                                chunk_cache_.get(), verdicts_.get());
+                                                computed, verdicts_.get());
     built->mtime_ns = NewestMtime(*built->file);
     if (built->mtime_ns == 0) {  // nothing local yet: the time the model was first planned
       built->mtime_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(

@@ -12,6 +12,7 @@
 #include "fetch/remote_model.h"
 #include "format/views/view_kind.h"
 #include "fs/read_counters.h"
+#include "fs/views/chunk_writer.h"
 #include "fs/views/model_views.h"
 #include "fs/virtual_file.h"
 
@@ -129,6 +130,7 @@ class Catalog {
 
   const CatalogOptions options_;
   std::unique_ptr<ChunkCache> chunk_cache_;  // when computed_cache_dir is set
+  std::unique_ptr<ComputedChunkWriter> chunk_writer_;  // stops before the cache goes
   std::unique_ptr<VerdictBook> verdicts_;
   std::unique_ptr<RemoteContext> remote_;  // download workers: only when there are --repo models
   std::mutex mu_;

@@ -9,9 +9,9 @@
 
 #include <spdlog/spdlog.h>
 
-#include "fetch/page_cache.h"
 #include "format/codec/kernels.h"
 #include "format/codec/reference.h"
+#include "fs/views/chunk_buffers.h"
 #include "fs/views/encode_pool.h"
 #include "fs/views/source_values.h"
 
@@ -209,45 +209,52 @@ int VirtualFile::ReadBody(uint64_t offset, size_t length, char* dst) {
 
 int VirtualFile::ReadChunk(uint64_t chunk, uint64_t offset, size_t length, char* dst) {
   ChunkStore& store = *compute_.store;
+  const uint64_t begin = store.ChunkBegin(chunk);
+  ChunkFlights& flights = *flights_;
   while (true) {
     if (store.Read(offset, length, dst) == 0) {
       counters_->cache_hits++;
       return 0;
     }
-    // Computed once in this process: the kernel's readahead asks for neighbouring ranges of
-    // the same chunk at once.
-    std::unique_lock lock(chunks_mu_);
-    if (chunks_computing_.insert(chunk).second) break;
-    chunk_done_.wait(lock, [&] { return chunks_computing_.count(chunk) == 0; });
+    // Computed once in this process (the kernel's readahead asks for neighbouring ranges of a
+    // chunk at once), and served from memory until it is stored.
+    std::unique_lock lock(flights.mu);
+    auto unstored = flights.unstored.find(chunk);
+    if (unstored != flights.unstored.end()) {
+      std::memcpy(dst, unstored->second->data() + (offset - begin), length);
+      counters_->cache_hits++;
+      return 0;
+    }
+    if (flights.computing.insert(chunk).second) break;
+    flights.done.wait(lock, [&] { return flights.computing.count(chunk) == 0; });
   }
   counters_->cache_misses++;
-  const uint64_t begin = store.ChunkBegin(chunk);
-  const uint64_t chunk_length = store.ChunkLength(chunk);
-  thread_local std::vector<char> buffer;
-  buffer.resize(chunk_length);
-  int err = ReadBody(begin, chunk_length, buffer.data());
-  if (err == 0) {
-    // Stored unless another process holds the chunk or the disk refuses: then just served.
-    if (std::unique_ptr<ChunkStore::Claim> claim = store.TryClaim(chunk);
-        claim && !store.Present(chunk)) {
-      if (compute_.cache) compute_.cache->Reserve(chunk_length);
-      int stored = store.Write(*claim, begin, std::string_view(buffer.data(), chunk_length));
-      if (stored == 0) stored = store.Commit(*claim);
-      if (stored != 0) store.Discard(*claim);
-      if (compute_.cache) compute_.cache->Release(chunk_length, stored == 0);
-      if (stored == 0) {
-        counters_->cache_stored_bytes += chunk_length;
-        DropServedRange(store.data_fd(), begin, chunk_length, store.size());
-      } else {
-        spdlog::debug("{}: computed chunk {} not stored: {}", name_, chunk, std::strerror(stored));
-      }
-    }
-    std::memcpy(dst, buffer.data() + (offset - begin), length);
+  std::shared_ptr<std::string> bytes = ChunkBuffer(store.ChunkLength(chunk));
+  const int err = ReadBody(begin, bytes->size(), bytes->data());
+  const bool store_it = err == 0 && compute_.writer != nullptr;
+  {
+    std::lock_guard lock(flights.mu);
+    flights.computing.erase(chunk);
+    if (store_it) flights.unstored[chunk] = bytes;
+    flights.done.notify_all();
   }
-  std::lock_guard lock(chunks_mu_);
-  chunks_computing_.erase(chunk);
-  chunk_done_.notify_all();
-  return err;
+  if (err) return err;
+  std::memcpy(dst, bytes->data() + (offset - begin), length);
+  if (store_it) {
+    std::shared_ptr<ChunkFlights> shared = flights_;
+    std::shared_ptr<ReadCounters> counters = counters_;
+    compute_.writer->Enqueue({compute_.store, chunk, bytes, [shared, counters, chunk](bool stored) {
+                                const uint64_t length = [&] {
+                                  std::lock_guard lock(shared->mu);
+                                  auto it = shared->unstored.find(chunk);
+                                  uint64_t size = it == shared->unstored.end() ? 0 : it->second->size();
+                                  shared->unstored.erase(chunk);
+                                  return size;
+                                }();
+                                if (stored) counters->cache_stored_bytes += length;
+                              }});
+  }
+  return 0;
 }
 
 int VirtualFile::ReadStored(uint64_t offset, size_t length, char* dst) {

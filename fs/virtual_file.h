@@ -19,6 +19,7 @@
 #include "format/apr/apr_plan.h"
 #include "fs/footer_crc.h"
 #include "fs/read_counters.h"
+#include "fs/views/chunk_writer.h"
 
 namespace aprfs {
 
@@ -28,6 +29,7 @@ struct ComputeSettings {
   // on demand), and the cache whose size limit they count against.
   std::shared_ptr<ChunkStore> store;
   ChunkCache* cache = nullptr;
+  ComputedChunkWriter* writer = nullptr;  // stores chunks in the background (with `store`)
   // Run before the first byte is served (e.g. a scan of the values the file depends on):
   // 0, or the errno every open then fails with.
   std::function<int()> prepare;
@@ -85,9 +87,15 @@ class VirtualFile {
   std::map<uint32_t, float> q8_scales_;  // by codec
   std::set<uint32_t> q8_computing_;
 
-  std::mutex chunks_mu_;
-  std::condition_variable chunk_done_;
-  std::set<uint64_t> chunks_computing_;  // by this process
+  // Chunks of the store being computed by this process, and computed ones not stored yet
+  // (readers take them from memory). Shared with the writer's callbacks.
+  struct ChunkFlights {
+    std::mutex mu;
+    std::condition_variable done;
+    std::set<uint64_t> computing;
+    std::map<uint64_t, std::shared_ptr<const std::string>> unstored;
+  };
+  std::shared_ptr<ChunkFlights> flights_ = std::make_shared<ChunkFlights>();
 };
 
 }  // namespace aprfs

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "format/apr/apr_layout.h"
 #include "format/error.h"
 #include "format/views/fp8_weights.h"
 #include "format/views/metadata_parts.h"
@@ -48,12 +49,29 @@ SourceTensor Resolve(const ShardSet& set, const Fp8Weights& fp8, TensorRef ref) 
   return resolved;
 }
 
+// The encoding that writes a dtype code from f32 values.
+Encoding EncodingOf(uint8_t code) {
+  switch (code) {
+    case kAprF16: return Encoding::kF16;
+    case kAprBf16: return Encoding::kBF16;
+    case kAprQ4K: return Encoding::kQ4K;
+    case kAprQ8: return Encoding::kAprQ8;
+    case kAprQ4: return Encoding::kAprQ4;
+    default: return Encoding::kF32;
+  }
+}
+
 // Adds `name` (with the source's shape and values) to the view as the path's dispatch says.
+// `from_f32_values`: the importer hands this tensor over as f32 values whatever its source
+// dtype (the sharded path's added lm_head), so nothing of it passes through.
 void Add(std::vector<AprTensorSpec>& tensors, std::vector<TensorCodec>& codecs, ViewKind view,
-         ImportPath path, const std::string& name, const SourceTensor& source) {
+         ImportPath path, const std::string& name, const SourceTensor& source,
+         bool from_f32_values = false) {
   const std::vector<uint64_t>& shape = source.tensor->shape;
   const uint64_t elements = ElementCount(shape);
-  const SourceDtype seen = source.dequant ? SourceDtype::kBF16 : source.from;
+  const SourceDtype seen = from_f32_values ? SourceDtype::kF32
+                           : source.dequant ? SourceDtype::kBF16
+                                            : source.from;
   TensorDispatch dispatch = Dispatch(view, path, seen, name, elements);
   AprTensorSpec& spec = tensors.emplace_back();
   spec.name = name;
@@ -61,8 +79,12 @@ void Add(std::vector<AprTensorSpec>& tensors, std::vector<TensorCodec>& codecs, 
   spec.dtype = dispatch.dtype;
   spec.source = source.source;
   spec.source_offset = source.source_offset;
-  // An FP8 weight passed through is its BF16 dequantization, which is computed too.
-  if (!dispatch.encoding && source.dequant) dispatch.encoding = Encoding::kBF16;
+  // Bytes pass through only into their own dtype; otherwise (an FP8 weight's BF16, an added
+  // head's F16) they are computed.
+  const bool own_dtype = (dispatch.dtype == kAprF32 && source.from == SourceDtype::kF32) ||
+                         (dispatch.dtype == kAprF16 && source.from == SourceDtype::kF16) ||
+                         (dispatch.dtype == kAprBf16 && source.from == SourceDtype::kBF16);
+  if (!dispatch.encoding && !own_dtype) dispatch.encoding = EncodingOf(dispatch.dtype);
   if (!dispatch.encoding) {
     spec.size = source.tensor->size();
     return;
@@ -122,7 +144,8 @@ QuantizedView PlanSharded(const ShardSet& set, const Fp8Weights& fp8, ViewKind v
     }
   }
   if (!has_head && embedding) {
-    Add(tensors, codecs, view, ImportPath::kSharded, std::string(kLmHead), *embedding);
+    Add(tensors, codecs, view, ImportPath::kSharded, std::string(kLmHead), *embedding,
+        /*from_f32_values=*/true);
   }
   QuantizedView result;
   result.path = ImportPath::kSharded;

@@ -79,7 +79,7 @@ void VerdictBook::Put(const std::string& key, const SingleFileVerdict& verdict) 
 
 ModelViews::ModelViews(std::string model_name, std::vector<std::shared_ptr<ByteSource>> sources,
                        std::function<ShardSet()> reload, std::shared_ptr<VirtualFile> plain,
-                       ViewCounters counters, ChunkCache* computed_cache, VerdictBook* verdicts)
+                       ViewCounters counters, ComputedCache computed_cache, VerdictBook* verdicts)
     : name_(std::move(model_name)),
       sources_(std::move(sources)),
       reload_(std::move(reload)),

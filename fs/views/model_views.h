@@ -16,6 +16,7 @@
 #include "format/views/value_checks.h"
 #include "format/views/view_kind.h"
 #include "fs/read_counters.h"
+#include "fs/views/view_cache.h"
 #include "fs/virtual_file.h"
 
 namespace aprfs {
@@ -43,7 +44,7 @@ class ModelViews {
  public:
   ModelViews(std::string model_name, std::vector<std::shared_ptr<ByteSource>> sources,
              std::function<ShardSet()> reload, std::shared_ptr<VirtualFile> plain,
-             ViewCounters counters, ChunkCache* computed_cache, VerdictBook* verdicts);
+             ViewCounters counters, ComputedCache computed_cache, VerdictBook* verdicts);
 
   // The view's file, planned on first use; null when the model has no such view (Error then
   // says why: a dtype aprender cannot convert, values it refuses...).
@@ -73,7 +74,7 @@ class ModelViews {
   const std::vector<std::shared_ptr<ByteSource>> sources_;
   const std::function<ShardSet()> reload_;
   const ViewCounters counters_;
-  ChunkCache* const computed_cache_;
+  const ComputedCache computed_cache_;
   VerdictBook* const verdicts_;
   std::string identity_;  // the sources' identities: the key of verdicts
 

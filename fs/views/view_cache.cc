@@ -37,13 +37,14 @@ std::string ComputedStoreKey(const AprPlan& plan,
 
 ComputeSettings ComputedStorage(const AprPlan& plan,
                                 const std::vector<std::shared_ptr<ByteSource>>& sources,
-                                ViewKind view, ChunkCache* cache, const std::string& what) {
+                                ViewKind view, const ComputedCache& cache, const std::string& what) {
   ComputeSettings settings;
-  if (cache == nullptr || plan.codecs.empty()) return settings;
-  std::string dir = cache->root() + "/" + ComputedStoreKey(plan, sources, view);
+  if (cache.chunks == nullptr || plan.codecs.empty()) return settings;
+  std::string dir = cache.chunks->root() + "/" + ComputedStoreKey(plan, sources, view);
   try {
     settings.store = ChunkStore::Open(dir, plan.footer_offset, kComputedChunkSize);
-    settings.cache = cache;
+    settings.cache = cache.chunks;
+    settings.writer = cache.writer;
   } catch (const std::exception& e) {
     spdlog::warn("{}: computed bytes will not be cached: {}", what, e.what());
   }

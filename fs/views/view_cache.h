@@ -24,11 +24,17 @@ std::string ComputedStoreKey(const AprPlan& plan,
                              const std::vector<std::shared_ptr<ByteSource>>& sources,
                              ViewKind view);
 
-// The compute settings of a file with this plan: its chunk store in `cache` (none without a
+// Where computed chunks go: the cache (and its size limit) and the writer that stores them.
+struct ComputedCache {
+  ChunkCache* chunks = nullptr;
+  ComputedChunkWriter* writer = nullptr;
+};
+
+// The compute settings of a file with this plan: its chunk store in the cache (none without a
 // cache, or when the plan computes nothing, or when the store cannot be opened: then every
 // byte is recomputed, with a warning).
 ComputeSettings ComputedStorage(const AprPlan& plan,
                                 const std::vector<std::shared_ptr<ByteSource>>& sources,
-                                ViewKind view, ChunkCache* cache, const std::string& what);
+                                ViewKind view, const ComputedCache& cache, const std::string& what);
 
 }  // namespace aprfs
