@@ -95,13 +95,22 @@ ModelViews::ModelViews(std::string model_name, std::vector<std::shared_ptr<ByteS
 }
 
 std::shared_ptr<VirtualFile> ModelViews::Get(ViewKind view) {
+  // Planning takes a while (headers again, a big index): status pages asking meanwhile must
+  // not wait, so the slot's lock is only held to read or publish the result.
+  std::lock_guard planning(plan_mu_[ViewIndex(view)]);
+  {
+    std::lock_guard lock(mu_);
+    const Slot& slot = slots_[ViewIndex(view)];
+    if (slot.planned) return slot.file;
+  }
+  std::string error;
+  std::shared_ptr<VirtualFile> file = Plan(view, error);
   std::lock_guard lock(mu_);
   Slot& slot = slots_[ViewIndex(view)];
-  if (!slot.planned) {
-    slot.file = Plan(view, slot);
-    slot.planned = true;
-  }
-  return slot.file;
+  slot.planned = true;
+  slot.file = file;
+  slot.error = error;
+  return file;
 }
 
 std::shared_ptr<VirtualFile> ModelViews::Planned(ViewKind view) const {
@@ -123,14 +132,17 @@ bool ModelViews::Unchecked(ViewKind view) const {
   return !verdicts_->Find(identity_);
 }
 
-std::shared_ptr<VirtualFile> ModelViews::Plan(ViewKind view, Slot& slot) {
+std::shared_ptr<VirtualFile> ModelViews::Plan(ViewKind view, std::string& error) {
   const std::string file_name = ViewFileName(name_, view);
   try {
     ShardSet set = reload_();
-    single_file_ = ImportPathOf(set) == ImportPath::kSingleFile;
+    {
+      std::lock_guard lock(mu_);
+      single_file_ = ImportPathOf(set) == ImportPath::kSingleFile;
+    }
     SingleFileFacts facts;
     std::optional<SingleFileVerdict> verdict;
-    if (single_file_ && verdicts_) verdict = verdicts_->Find(identity_);
+    if (ImportPathOf(set) == ImportPath::kSingleFile && verdicts_) verdict = verdicts_->Find(identity_);
     if (verdict) {
       if (verdict->refusal) throw FormatError(*verdict->refusal);
       if (view == ViewKind::kInt4 && verdict->int4_refusal) throw FormatError(*verdict->int4_refusal);
@@ -140,7 +152,7 @@ std::shared_ptr<VirtualFile> ModelViews::Plan(ViewKind view, Slot& slot) {
     set = {};
     malloc_trim(0);  // the headers' copy: megabytes for a large model
     ComputeSettings compute = ComputedStorage(planned.plan, sources_, view, computed_cache_, file_name);
-    if (single_file_) {
+    if (planned.path == ImportPath::kSingleFile) {
       // Checked before the first byte is served: aprender would refuse some models outright.
       const bool planned_zero_head = facts.lm_head_mostly_zero;
       compute.prepare = [this, view, planned_zero_head] { return CheckValues(view, planned_zero_head); };
@@ -150,8 +162,8 @@ std::shared_ptr<VirtualFile> ModelViews::Plan(ViewKind view, Slot& slot) {
     return std::make_shared<VirtualFile>(file_name, std::move(planned.plan), sources_,
                                          counters_[ViewIndex(view)], std::move(compute));
   } catch (const std::exception& e) {
-    slot.error = e.what();
-    spdlog::warn("{}: not offered: {}", file_name, slot.error);
+    error = e.what();
+    spdlog::warn("{}: not offered: {}", file_name, error);
     malloc_trim(0);
     return nullptr;
   }

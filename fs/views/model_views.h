@@ -65,7 +65,8 @@ class ModelViews {
     std::shared_ptr<VirtualFile> file;
     std::string error;
   };
-  std::shared_ptr<VirtualFile> Plan(ViewKind view, Slot& slot);
+  // Plans the view; on failure sets `error`.
+  std::shared_ptr<VirtualFile> Plan(ViewKind view, std::string& error);
   // The single-file checks, before a quantized view of such a model serves a byte.
   int CheckValues(ViewKind view, bool planned_zero_head);
   std::optional<SingleFileVerdict> Verdict();  // scans on first use; nullopt when it failed
@@ -78,7 +79,8 @@ class ModelViews {
   VerdictBook* const verdicts_;
   std::string identity_;  // the sources' identities: the key of verdicts
 
-  mutable std::mutex mu_;
+  std::array<std::mutex, kViewCount> plan_mu_;  // one plan of a view at a time
+  mutable std::mutex mu_;                        // the slots' fields: held briefly
   std::array<Slot, kViewCount> slots_;
   bool single_file_ = false;
   std::mutex scan_mu_;  // one scan at a time
