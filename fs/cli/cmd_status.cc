@@ -97,6 +97,34 @@ void PrintHuman(const json& status) {
   } else {
     PrintTable(rows);
   }
+  // The files of each model that were opened or computed: views, and .apr files with FP8.
+  std::vector<std::vector<std::string>> views = {
+      {"FILE", "STATE", "SIZE", "READ", "COMPUTED", "ENCODE", "CACHED", "HITS/MISSES"}};
+  for (const json& model : status.value("models", json::array())) {
+    for (const json& view : model.value("views", json::array())) {
+      const bool computed = JsonCount(view, "bytes_computed") > 0 ||
+                            (view.contains("cached_bytes") && view["cached_bytes"].is_number());
+      if (Text(view, "state") == "not-planned" || (!computed && Text(view, "state") != "refused")) {
+        continue;
+      }
+      char rate[32];
+      std::snprintf(rate, sizeof rate, "%.0f MB/s", view.value("encode_bytes_per_second", 0.0) / 1e6);
+      views.push_back({Text(view, "file"), Text(view, "state"),
+                       view["size"].is_number() ? HumanBytes(JsonCount(view, "size")) : "-",
+                       HumanBytes(JsonCount(view, "bytes_read")),
+                       HumanBytes(JsonCount(view, "bytes_computed")), rate,
+                       view["cached_bytes"].is_number() ? HumanBytes(JsonCount(view, "cached_bytes")) : "off",
+                       std::to_string(JsonCount(view, "cache_hits")) + "/" +
+                           std::to_string(JsonCount(view, "cache_misses"))});
+      if (Text(view, "state") == "refused") {
+        problems.push_back(Text(view, "file") + ": " + Text(view, "error"));
+      }
+    }
+  }
+  if (views.size() > 1) {
+    std::cout << "\n";
+    PrintTable(views);
+  }
   for (const std::string& problem : problems) std::cout << "  " << problem << "\n";
 }
 
