@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "format/apr/apr_layout.h"
+#include "format/apr/apr_metadata.h"
 #include "format/error.h"
 #include "format/views/fp8_weights.h"
 #include "format/views/metadata_parts.h"
@@ -16,7 +17,8 @@ constexpr std::string_view kLmHead = "lm_head.weight";
 
 // One source tensor as the importer sees it, after FP8 dequantization.
 struct SourceTensor {
-  const SafetensorsTensor* tensor = nullptr;
+  std::vector<uint64_t> shape;
+  uint64_t size = 0;  // source bytes
   uint32_t source = 0;
   uint64_t source_offset = 0;
   SourceDtype from = SourceDtype::kF32;
@@ -28,7 +30,7 @@ SourceTensor Resolve(const ShardSet& set, const Fp8Weights& fp8, TensorRef ref) 
   const Shard& shard = set.shards[ref.shard];
   const SafetensorsTensor& tensor = shard.header.tensors[ref.index];
   SourceTensor resolved;
-  resolved.tensor = &tensor;
+  resolved.size = tensor.size();
   resolved.source = ref.shard;
   resolved.source_offset = shard.header.data_start() + tensor.begin;
   resolved.dequant = fp8.DequantCodec(ref, tensor.shape);
@@ -46,6 +48,7 @@ SourceTensor Resolve(const ShardSet& set, const Fp8Weights& fp8, TensorRef ref) 
                       " cannot be converted to f32, and aprender's import converts every tensor "
                       "of a quantized import (it reads F32, F16 and BF16)");
   }
+  resolved.shape = tensor.shape;
   return resolved;
 }
 
@@ -65,16 +68,16 @@ Encoding EncodingOf(uint8_t code) {
 // `from_f32_values`: the importer hands this tensor over as f32 values whatever its source
 // dtype (the sharded path's added lm_head), so nothing of it passes through.
 void Add(std::vector<AprTensorSpec>& tensors, std::vector<TensorCodec>& codecs, ViewKind view,
-         ImportPath path, const std::string& name, const SourceTensor& source,
+         ImportPath path, std::string name, const SourceTensor& source,
          bool from_f32_values = false) {
-  const std::vector<uint64_t>& shape = source.tensor->shape;
+  const std::vector<uint64_t>& shape = source.shape;
   const uint64_t elements = ElementCount(shape);
   const SourceDtype seen = from_f32_values ? SourceDtype::kF32
                            : source.dequant ? SourceDtype::kBF16
                                             : source.from;
   TensorDispatch dispatch = Dispatch(view, path, seen, name, elements);
   AprTensorSpec& spec = tensors.emplace_back();
-  spec.name = name;
+  spec.name = std::move(name);
   spec.shape = shape;
   spec.dtype = dispatch.dtype;
   spec.source = source.source;
@@ -86,7 +89,7 @@ void Add(std::vector<AprTensorSpec>& tensors, std::vector<TensorCodec>& codecs, 
                          (dispatch.dtype == kAprBf16 && source.from == SourceDtype::kBF16);
   if (!dispatch.encoding && !own_dtype) dispatch.encoding = EncodingOf(dispatch.dtype);
   if (!dispatch.encoding) {
-    spec.size = source.tensor->size();
+    spec.size = source.size;
     return;
   }
   TensorCodec codec = source.dequant.value_or(TensorCodec{});
@@ -127,30 +130,41 @@ std::vector<uint32_t> NameOrder(const Shard& shard) {
   return order;
 }
 
-QuantizedView PlanSharded(const ShardSet& set, const Fp8Weights& fp8, ViewKind view,
+// Consumes `set`'s tensor lists (each freed once walked) and tokenizer: for a model of 100k
+// tensors the difference between holding its names once or twice.
+QuantizedView PlanSharded(ShardSet& set, const Fp8Weights& fp8, ViewKind view,
                           const std::string& stem) {
   std::vector<AprTensorSpec> tensors;
   std::vector<TensorCodec> codecs;
+  size_t count = 1;
+  for (const Shard& shard : set.shards) count += shard.header.tensors.size();
+  tensors.reserve(count);
   bool has_head = false;
   std::optional<SourceTensor> embedding;  // the last one met, as aprender's loop keeps it
   for (uint32_t s = 0; s < set.shards.size(); ++s) {
+    auto& shard_tensors = set.shards[s].header.tensors;
     for (uint32_t i : NameOrder(set.shards[s])) {
-      const SafetensorsTensor& tensor = set.shards[s].header.tensors[i];
+      SafetensorsTensor& tensor = shard_tensors[i];
       if (tensor.name.starts_with("__") || fp8.IsScale({s, i})) continue;
       SourceTensor source = Resolve(set, fp8, {s, i});
       has_head = has_head || IsOutputHead(tensor.name);
       if (IsTokenEmbedding(tensor.name)) embedding = source;
-      Add(tensors, codecs, view, ImportPath::kSharded, tensor.name, source);
+      Add(tensors, codecs, view, ImportPath::kSharded, std::move(tensor.name), source);
     }
+    std::vector<SafetensorsTensor>().swap(shard_tensors);  // `= {}` would keep the capacity
   }
   if (!has_head && embedding) {
     Add(tensors, codecs, view, ImportPath::kSharded, std::string(kLmHead), *embedding,
         /*from_f32_values=*/true);
   }
+  AprMetadata metadata = ShardedImportMetadata(set, stem, std::exchange(set.tokenizer, {}));
+  std::string json;
+  json.reserve(kAprHeaderSize + AlignUp64(AprMetadataSizeBound(metadata)) +
+               AlignUp64(AprIndexSize(tensors)));
+  AppendAprMetadata(json, std::move(metadata));
   QuantizedView result;
   result.path = ImportPath::kSharded;
-  result.plan = BuildAprPlan(SerializeAprMetadata(ShardedImportMetadata(set, stem)), tensors,
-                             std::move(codecs));
+  result.plan = BuildAprPlan(std::move(json), tensors, std::move(codecs));
   return result;
 }
 
@@ -170,7 +184,7 @@ QuantizedView PlanSingleFile(const ShardSet& set, const Fp8Weights& fp8, ViewKin
                            [](const auto& entry) { return entry.first == kLmHead; });
   const bool has_head = head != by_name.end();
   const bool head_is_zero =
-      has_head && (ElementCount(head->second.tensor->shape) == 0 || facts.lm_head_mostly_zero);
+      has_head && (ElementCount(head->second.shape) == 0 || facts.lm_head_mostly_zero);
   if (!has_head || head_is_zero) {
     auto embedding = std::find_if(by_name.begin(), by_name.end(),
                                   [](const auto& entry) { return IsTokenEmbedding(entry.first); });
@@ -193,7 +207,7 @@ QuantizedView PlanSingleFile(const ShardSet& set, const Fp8Weights& fp8, ViewKin
   std::vector<TensorCodec> codecs;
   uint64_t param_count = 0;
   for (const auto& [name, source] : by_name) {
-    param_count += ElementCount(source.tensor->shape);
+    param_count += ElementCount(source.shape);
     Add(tensors, codecs, view, ImportPath::kSingleFile, name, source);
   }
   QuantizedView result;
@@ -210,7 +224,7 @@ ImportPath ImportPathOf(const ShardSet& set) {
   return !set.index && set.shards.size() == 1 ? ImportPath::kSingleFile : ImportPath::kSharded;
 }
 
-QuantizedView PlanQuantizedView(const ShardSet& set, ViewKind view, const std::string& stem,
+QuantizedView PlanQuantizedView(ShardSet set, ViewKind view, const std::string& stem,
                                 const SingleFileFacts& facts) {
   try {
     CheckShardSet(set);

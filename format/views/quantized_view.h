@@ -31,7 +31,8 @@ struct QuantizedView {
 // `view` is not kApr; `stem` is the output file's stem, which aprender writes as the model's
 // name. Throws FormatError naming the shard, the tensor and the rule where aprender would
 // refuse: a dtype it cannot convert to f32, an architecture whose tensors it renames or splits.
-QuantizedView PlanQuantizedView(const ShardSet& set, ViewKind view, const std::string& stem,
+// Takes the set by value: a caller that moves it in lets a large model's names be held once.
+QuantizedView PlanQuantizedView(ShardSet set, ViewKind view, const std::string& stem,
                                 const SingleFileFacts& facts = {});
 
 }  // namespace aprfs

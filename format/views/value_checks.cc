@@ -22,7 +22,7 @@ std::string Percent(uint64_t part, uint64_t whole) {
 
 std::vector<ScanItem> SingleFileScanItems(const ShardSet& set) {
   // The plan's own checks first (dtypes, FP8 scales): the same errors as the view's plan.
-  PlanQuantizedView(set, ViewKind::kF16, set.name);
+  PlanQuantizedView(set, ViewKind::kF16, set.name);  // a copy: small, single-file models
   Fp8Weights fp8 = Fp8Weights::Find(set);
   const Shard& shard = set.shards.at(0);
   std::vector<ScanItem> items;

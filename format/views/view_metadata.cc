@@ -26,12 +26,13 @@ void AddConfig(const ShardSet& set, AprMetadata& m) {
 
 }  // namespace
 
-AprMetadata ShardedImportMetadata(const ShardSet& set, const std::string& stem) {
+AprMetadata ShardedImportMetadata(const ShardSet& set, const std::string& stem,
+                                  EmbeddedTokenizer tokenizer) {
   AprMetadata m;
   m.model_type = AprenderArchitectureName(set.config ? set.config->model_type : std::nullopt);
   m.name = stem;
   AddConfig(set, m);
-  AddTokenizerKeys(set.tokenizer, m.custom);
+  AddTokenizerKeys(std::move(tokenizer), m.custom);
   return m;
 }
 

@@ -17,7 +17,9 @@ namespace aprfs {
 // The streaming sharded import (`streaming_sharded_import`): the architecture it infers, the
 // config's identity and dims (no head_dim, no MoE fields), param_count 0, and only the
 // tokenizer in `custom`.
-AprMetadata ShardedImportMetadata(const ShardSet& set, const std::string& stem);
+// `tokenizer` is the model's (moved out of the set: its lists are freed as they are spelled).
+AprMetadata ShardedImportMetadata(const ShardSet& set, const std::string& stem,
+                                  EmbeddedTokenizer tokenizer);
 
 // The single-file import (`write_apr_file`): model_type of the CLI's default --arch ("Auto"),
 // the config's identity, dims, head_dim and MoE fields, param_count of the written tensors, and

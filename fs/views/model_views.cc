@@ -148,8 +148,7 @@ std::shared_ptr<VirtualFile> ModelViews::Plan(ViewKind view, std::string& error)
       if (view == ViewKind::kInt4 && verdict->int4_refusal) throw FormatError(*verdict->int4_refusal);
       facts = verdict->facts;
     }
-    QuantizedView planned = PlanQuantizedView(set, view, ViewStem(name_, view), facts);
-    set = {};
+    QuantizedView planned = PlanQuantizedView(std::move(set), view, ViewStem(name_, view), facts);
     malloc_trim(0);  // the headers' copy: megabytes for a large model
     ComputeSettings compute = ComputedStorage(planned.plan, sources_, view, computed_cache_, file_name);
     if (planned.path == ImportPath::kSingleFile) {
