@@ -125,6 +125,14 @@ class LoadTest : public MountTest {
     }
   }
 
+  // Waits until every reader has read the file once: on a busy machine threads and mapper
+  // processes start late, and a reader whose first open came after the event (an unmount, a
+  // kill) would count that open's ENOENT as the event's doing.
+  static void WaitUntilEveryReaderRead(const ReaderPool& pool) {
+    ASSERT_TRUE(pool.WaitForAll([](const ReaderStats& s) { return s.reads.load() > 0; }, 60s))
+        << "not every reader read the file within 60 s of its start";
+  }
+
   // Waits until `n` readers are inside a read (so that an event hits reads in flight).
   static void WaitForReadsInFlight(const ReaderPool& pool, int n) {
     auto deadline = std::chrono::steady_clock::now() + 2s;
@@ -193,6 +201,7 @@ class LoadTest : public MountTest {
                        const std::function<bool()>& until = {}) {
     pool.Start();
     RunFor(pool, 1s);
+    ASSERT_NO_FATAL_FAILURE(WaitUntilEveryReaderRead(pool));
     WaitForReadsInFlight(pool, 4);
     pool.MarkEvent();
     change();
@@ -254,6 +263,7 @@ TEST_F(LoadTest, KilledDaemonFailsEveryReaderPromptlyAndARemountServesExactBytes
   std::unique_ptr<ReaderPool> pool = MakePool(MP("crash.apr"), {&expected}, options);
   pool->Start();
   RunFor(*pool, 1s);
+  ASSERT_NO_FATAL_FAILURE(WaitUntilEveryReaderRead(*pool));
   WaitForReadsInFlight(*pool, 6);
   const int in_flight = pool->InRead();
 
@@ -456,11 +466,14 @@ TEST_F(LoadTest, LazyUnmountLetsOpenReadersFinishThenTheDaemonExitsCleanly) {
 
   pool->Start();
   RunFor(*pool, 500ms);
+  ASSERT_NO_FATAL_FAILURE(WaitUntilEveryReaderRead(*pool));
   pool->MarkEvent();
   ProcResult lazy = RunCommand({"umount", "-l", mountpoint()}, 30s);
   ASSERT_EQ(lazy.exit_code, 0) << lazy.Describe();
   EXPECT_FALSE(FindMount(mountpoint()).has_value()) << "still in the mount table after umount -l";
   RunFor(*pool, 1500ms);
+  // And on a busy machine until each reader read after the unmount (checked below).
+  pool->WaitForAll([](const ReaderStats& s) { return s.exact_after_event.load() > 0; }, 30s);
   EXPECT_TRUE(DaemonAlive()) << "the daemon quit while readers still held the file: "
                              << DaemonState();
   ASSERT_EQ(lseek(stream.get(), static_cast<off_t>(half), SEEK_SET), static_cast<off_t>(half));
@@ -502,6 +515,7 @@ TEST_F(LoadTest, SigtermWhileReadersHoldTheFileEndsTheDaemonWithoutHangOrWrongBy
   std::unique_ptr<ReaderPool> pool = MakePool(MP("term.apr"), {&expected}, options);
   pool->Start();
   RunFor(*pool, 500ms);
+  ASSERT_NO_FATAL_FAILURE(WaitUntilEveryReaderRead(*pool));
   WaitForReadsInFlight(*pool, 2);
   pool->MarkEvent();
   ASSERT_EQ(kill(daemon_pid(), SIGTERM), 0);
