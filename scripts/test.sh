@@ -22,14 +22,21 @@ step() {  # runs a step; a failed one fails the run at the end (the other steps 
 background() {  # NAME COMMAND...: starts a step at the lowest priority, its output in a file
   local name=$1
   shift
+  # In a process group of its own (its id in NAME.pgid), for join's renice.
   ( started=$SECONDS
     code=0
-    nice -n 19 "$@" >"$LOGS/$name.log" 2>&1 || code=$?
+    setsid --wait bash -c 'echo $$ >"$0"; exec nice -n 19 "$@"' "$LOGS/$name.pgid" "$@" \
+      >"$LOGS/$name.log" 2>&1 || code=$?
     echo "$code $((SECONDS - started))" >"$LOGS/$name.done" ) &
   echo "$!" >"$LOGS/$name.pid"
 }
 join() {  # NAME: waits for a background step, shows its output and how long it took
   local name=$1 started=$SECONDS code took
+  # Waited for, it is the only work left: back to our priority (root may lower niceness; on a
+  # shared machine a nice-19 build would otherwise starve behind everyone else's).
+  if [ -s "$LOGS/$name.pgid" ]; then
+    renice -n "$(nice)" -g "$(cat "$LOGS/$name.pgid")" >/dev/null 2>&1 || true
+  fi
   wait "$(cat "$LOGS/$name.pid")" || true
   read -r code took <"$LOGS/$name.done"
   cat "$LOGS/$name.log"
