@@ -3,17 +3,27 @@
 # FUZZ_SECONDS (default 60) from the seed corpora of tests/fuzz/corpus. A crash leaves its
 # input in $BUILD_DIR/artifacts/ and fails the script; turn it into a regression test by
 # copying it to tests/fuzz/regressions/<target>/ (replayed by ctest in the normal build).
-# Usage: scripts/fuzz.sh [TARGET...]   (env: FUZZ_SECONDS, BUILD_DIR=build-fuzz)
+# Usage: scripts/fuzz.sh [--build-only|--run-only] [TARGET...]
+#   (env: FUZZ_SECONDS, BUILD_DIR=build-fuzz)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build-fuzz}
 SECONDS_EACH=${FUZZ_SECONDS:-60}
+BUILD=1 RUN=1
+case "${1:-}" in
+  --build-only) RUN=0; shift ;;
+  --run-only) BUILD=0; shift ;;
+esac
 TARGETS=("$@")
 [ ${#TARGETS[@]} -gt 0 ] || TARGETS=(safetensors_import_fuzz json_inputs_fuzz apr_reader_fuzz)
 
-CC=clang CXX=clang++ cmake -S . -B "$BUILD_DIR" -DAPRFS_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  >/dev/null
-cmake --build "$BUILD_DIR" -j "$(nproc)" --target "${TARGETS[@]}" >/dev/null
+if [ $BUILD = 1 ]; then
+  command -v ninja >/dev/null && export CMAKE_GENERATOR=${CMAKE_GENERATOR:-Ninja}
+  CC=clang CXX=clang++ cmake -S . -B "$BUILD_DIR" -DAPRFS_FUZZ=ON \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  cmake --build "$BUILD_DIR" -j "$(nproc)" --target "${TARGETS[@]}" >/dev/null
+fi
+[ $RUN = 1 ] || exit 0
 mkdir -p "$BUILD_DIR/artifacts"
 fuzz_one() {
   local target=$1

@@ -1,21 +1,46 @@
 #!/usr/bin/env bash
-# Installs every Debian 12 package aprfs needs to build, run, test and benchmark. The service
-# tests use mount(8), setpriv and useradd, systemd-analyze (no running systemd needed) and groff;
-# bench/all.sh uses fio and perf.
+# Installs the Debian 12 packages aprfs needs to build and run (scripts/run.sh); with --all, also
+# those of the tests and benchmarks (scripts/test.sh): GoogleTest; nginx, aria2 and curl for the
+# fake Hub; mount(8), setpriv and useradd, systemd-analyze (no running systemd needed) and groff
+# for the service tests; getfattr; Clang and its runtimes for fuzzing; fio and perf for
+# bench/all.sh. Idempotent: when every package is installed already, it changes nothing (and
+# skips `apt-get update`).
+# Usage: scripts/install-deps.sh [--all]
 set -euo pipefail
+MAIN=(
+  build-essential cmake ninja-build pkg-config ca-certificates
+  libfuse3-dev fuse3
+  nlohmann-json3-dev libcli11-dev libspdlog-dev
+  libcurl4-openssl-dev libssl-dev zlib1g-dev libisal-dev libboost-dev
+  python3
+)
+EXTRAS=(
+  libgtest-dev
+  nginx-light aria2 curl
+  mount util-linux bsdutils passwd systemd groff-base
+  attr
+  clang libclang-rt-14-dev
+  fio linux-perf
+)
+case "${1:-}" in
+  "") PACKAGES=("${MAIN[@]}") ;;
+  --all) PACKAGES=("${MAIN[@]}" "${EXTRAS[@]}") ;;
+  *) echo "usage: $0 [--all]" >&2; exit 2 ;;
+esac
+
+missing=()
+for package in "${PACKAGES[@]}"; do
+  if [ "$(dpkg-query -W -f='${db:Status-Status}' "$package" 2>/dev/null)" != installed ]; then
+    missing+=("$package")
+  fi
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#PACKAGES[@]} packages are installed"
+  exit 0
+fi
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 export DEBIAN_FRONTEND=noninteractive
+echo "install-deps: installing ${missing[*]}"
 $SUDO apt-get update -q
-$SUDO apt-get install -y -q --no-install-recommends \
-  build-essential cmake pkg-config ca-certificates \
-  libfuse3-dev fuse3 \
-  nlohmann-json3-dev libcli11-dev libspdlog-dev \
-  libcurl4-openssl-dev libssl-dev zlib1g-dev libisal-dev libboost-dev \
-  libgtest-dev \
-  python3 \
-  nginx-light aria2 curl \
-  mount util-linux bsdutils passwd systemd groff-base \
-  attr \
-  clang libclang-rt-14-dev \
-  fio linux-perf
+$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"

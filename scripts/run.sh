@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# The main job on a fresh Debian 12 machine: installs the dependencies, builds, and mounts your
-# models (the Hugging Face cache, plus a small example model) at MOUNTPOINT (default ~/models).
+# The main job on a fresh Debian 12 machine: installs what aprfs needs, builds the aprfs binary
+# (not the tests: scripts/test.sh builds them, in the same build/), and mounts your models (the
+# Hugging Face cache, plus a small example model) at MOUNTPOINT (default ~/models).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MOUNTPOINT=${1:-$HOME/models}
 
 ./scripts/install-deps.sh
-./scripts/build.sh
+TARGETS=aprfs ./scripts/build.sh -DBUILD_TESTING=OFF
 
 # A tiny llama-shaped model, so there is something to see even with an empty HF cache.
 EXAMPLES=build/example-models

@@ -6,27 +6,36 @@
 # The daemons the tests start are sanitized too. Every process writes its reports under
 # /tmp/aprfs-<kind>-reports.*/, and any report fails the run, even one from a daemon whose test
 # passed (a report at exit, a leak).
-# Usage: scripts/sanitize.sh [address|thread]...   (default: both; extra ctest args in CTEST_ARGS)
+# Each build has only what its tests run: the aprfs binary and the test executables (not bench/;
+# for TSan, the executables of its tests).
+# Usage: scripts/sanitize.sh [--build-only|--test-only] [address|thread]...
+#   (default: both kinds, built then tested; extra ctest args in CTEST_ARGS)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+PHASES=(build test)
+case "${1:-}" in
+  --build-only) PHASES=(build); shift ;;
+  --test-only) PHASES=(test); shift ;;
+esac
 KINDS=("$@")
 [ ${#KINDS[@]} -gt 0 ] || KINDS=(address thread)
+command -v ninja >/dev/null && export CMAKE_GENERATOR=${CMAKE_GENERATOR:-Ninja}
 
 # Tests where threads or processes meet: what TSan is for.
 TSAN_TESTS='^(ChunkStore|ChunkCache|Fetcher|FooterCrc|HfCacheWriter|VirtualFile|RemoteConcurrency|RemoteLoad|Load|ReplacedShard)'
 TSAN_TESTS+='|Concurrent|Racing|Threads|Killed|Sigterm|Lazy'
 
-run_kind() {
-  local kind=$1 build=build-${1/address/asan}
-  build=${build/thread/tsan}
-  # World-writable: the unprivileged tests run the daemon as another user.
-  local reports
-  reports=$(mktemp -d /tmp/aprfs-$kind-reports.XXXXXX)
-  chmod 1777 "$reports"
-  local targets=() filter=()
+build_dir() {
+  local build=build-${1/address/asan}
+  echo "${build/thread/tsan}"
+}
+
+build_kind() {
+  local kind=$1 build
+  build=$(build_dir "$kind")
+  local targets=()
   if [ "$kind" = thread ]; then
     targets=(--target aprfs aprfs_unit_tests aprfs_fuse_tests aprfs_remote_tests)
-    filter=(-R "$TSAN_TESTS")
   fi
   local started=$SECONDS
   echo "== $kind: building $build"
@@ -36,9 +45,27 @@ run_kind() {
   if [ "$kind" = address ]; then optimize=-Og; fi
   cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$optimize -g1" \
-    -DAPRFS_SANITIZE="$kind" >/dev/null
+    -DAPRFS_SANITIZE="$kind" -DBUILD_TESTING=ON -DAPRFS_BENCH=OFF >/dev/null
   cmake --build "$build" -j "$(nproc)" "${targets[@]}" >/dev/null
-  echo "== $kind: built in $((SECONDS - started)) s; running the tests"
+  echo "== $kind: built in $((SECONDS - started)) s"
+}
+
+test_kind() {
+  local kind=$1 build
+  build=$(build_dir "$kind")
+  # World-writable: the unprivileged tests run the daemon as another user.
+  local reports
+  reports=$(mktemp -d /tmp/aprfs-$kind-reports.XXXXXX)
+  chmod 1777 "$reports"
+  local filter=()
+  if [ "$kind" = thread ]; then filter=(-R "$TSAN_TESTS"); fi
+  echo "== $kind: running the tests in $build"
+  # The normal build's test times, if it ran: ctest starts the longest tests first.
+  local costs=Testing/Temporary/CTestCostData.txt
+  if [ ! -f "$build/$costs" ] && [ -f "${BUILD_DIR:-build}/$costs" ]; then
+    mkdir -p "$(dirname "$build/$costs")"
+    cp "${BUILD_DIR:-build}/$costs" "$build/$costs"
+  fi
   local status=0
   # Sanitized code is 2-10x slower: the load tests run shorter than in the normal build, and
   # two tests run at a time (most of a test's time is waiting for mounts and servers).
@@ -63,8 +90,15 @@ run_kind() {
 status=0
 for kind in "${KINDS[@]}"; do
   case $kind in
-    address|thread) run_kind "$kind" || status=1 ;;
+    address|thread) ;;
     *) echo "unknown sanitizer '$kind' (address or thread)" >&2; exit 2 ;;
   esac
+  for phase in "${PHASES[@]}"; do
+    if [ "$phase" = build ]; then
+      build_kind "$kind"
+    else
+      test_kind "$kind" || status=1
+    fi
+  done
 done
 exit $status

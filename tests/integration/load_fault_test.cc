@@ -125,6 +125,14 @@ class LoadTest : public MountTest {
     }
   }
 
+  // Waits until every reader has read the file once: on a busy machine threads and mapper
+  // processes start late, and a reader whose first open came after the event (an unmount, a
+  // kill) would count that open's ENOENT as the event's doing.
+  static void WaitUntilEveryReaderRead(const ReaderPool& pool) {
+    ASSERT_TRUE(pool.WaitForAll([](const ReaderStats& s) { return s.reads.load() > 0; }, 60s))
+        << "not every reader read the file within 60 s of its start";
+  }
+
   // Waits until `n` readers are inside a read (so that an event hits reads in flight).
   static void WaitForReadsInFlight(const ReaderPool& pool, int n) {
     auto deadline = std::chrono::steady_clock::now() + 2s;
@@ -171,13 +179,13 @@ class LoadTest : public MountTest {
 
   // A lookup after the entry timeout rebuilds the model: a fresh open reads `want`, whole.
   void ExpectFreshOpenServes(const std::string& path, ino_t old_inode, const AprVersion& want) {
-    auto deadline = std::chrono::steady_clock::now() + 6s;
+    auto deadline = std::chrono::steady_clock::now() + 30s;
     struct stat st {};
     while (std::chrono::steady_clock::now() < deadline) {
       if (stat(path.c_str(), &st) == 0 && st.st_ino != old_inode) break;
       std::this_thread::sleep_for(100ms);
     }
-    ASSERT_NE(st.st_ino, old_inode) << "the changed model kept its inode for 6 s";
+    ASSERT_NE(st.st_ino, old_inode) << "the changed model kept its inode for 30 s";
     std::string bytes, error;
     ASSERT_TRUE(ReadWholeFile(path, &bytes, &error)) << error;
     EXPECT_EQ(bytes.size(), want.bytes.size());
@@ -193,6 +201,7 @@ class LoadTest : public MountTest {
                        const std::function<bool()>& until = {}) {
     pool.Start();
     RunFor(pool, 1s);
+    ASSERT_NO_FATAL_FAILURE(WaitUntilEveryReaderRead(pool));
     WaitForReadsInFlight(pool, 4);
     pool.MarkEvent();
     change();
@@ -254,6 +263,7 @@ TEST_F(LoadTest, KilledDaemonFailsEveryReaderPromptlyAndARemountServesExactBytes
   std::unique_ptr<ReaderPool> pool = MakePool(MP("crash.apr"), {&expected}, options);
   pool->Start();
   RunFor(*pool, 1s);
+  ASSERT_NO_FATAL_FAILURE(WaitUntilEveryReaderRead(*pool));
   WaitForReadsInFlight(*pool, 6);
   const int in_flight = pool->InRead();
 
@@ -264,20 +274,21 @@ TEST_F(LoadTest, KilledDaemonFailsEveryReaderPromptlyAndARemountServesExactBytes
   // Every reader must learn of it promptly: an error, never a hang (reads of pages still in
   // the page cache may succeed meanwhile; the readers drop their cache after the event).
   bool all_failed = pool->WaitForAll(
-      [](const ReaderStats& s) { return s.first_error_after_event_ns.load() != 0; }, 10s);
+      [](const ReaderStats& s) { return s.first_error_after_event_ns.load() != 0; }, 30s);
   int64_t slowest_ns = 0;
   const int64_t killed_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                                 killed_at.time_since_epoch())
                                 .count();
   for (int r = 0; r < pool->size(); ++r) {
     int64_t at = pool->stats(r).first_error_after_event_ns.load();
-    EXPECT_NE(at, 0) << pool->Describe(r) << " saw no error within 10 s of the kill";
+    EXPECT_NE(at, 0) << pool->Describe(r) << " saw no error within 30 s of the kill";
     if (at) slowest_ns = std::max(slowest_ns, at - killed_ns);
   }
   std::fprintf(stderr, "kill -9 with %d reads in flight: every reader failed within %.3f s\n",
                in_flight, slowest_ns / 1e9);
   EXPECT_TRUE(all_failed);
-  EXPECT_LT(slowest_ns, 5'000'000'000) << "a reader took more than 5 s to see the daemon die";
+  // An error, not a hang: milliseconds when idle; the bound is wide for a busy machine.
+  EXPECT_LT(slowest_ns, 30'000'000'000) << "a reader took more than 30 s to see the daemon die";
 
   // The dead mount (held by the readers' descriptors) is replaced, not stacked upon.
   AdoptMount(mountpoint());
@@ -455,11 +466,14 @@ TEST_F(LoadTest, LazyUnmountLetsOpenReadersFinishThenTheDaemonExitsCleanly) {
 
   pool->Start();
   RunFor(*pool, 500ms);
+  ASSERT_NO_FATAL_FAILURE(WaitUntilEveryReaderRead(*pool));
   pool->MarkEvent();
   ProcResult lazy = RunCommand({"umount", "-l", mountpoint()}, 30s);
   ASSERT_EQ(lazy.exit_code, 0) << lazy.Describe();
   EXPECT_FALSE(FindMount(mountpoint()).has_value()) << "still in the mount table after umount -l";
   RunFor(*pool, 1500ms);
+  // And on a busy machine until each reader read after the unmount (checked below).
+  pool->WaitForAll([](const ReaderStats& s) { return s.exact_after_event.load() > 0; }, 30s);
   EXPECT_TRUE(DaemonAlive()) << "the daemon quit while readers still held the file: "
                              << DaemonState();
   ASSERT_EQ(lseek(stream.get(), static_cast<off_t>(half), SEEK_SET), static_cast<off_t>(half));
@@ -501,6 +515,7 @@ TEST_F(LoadTest, SigtermWhileReadersHoldTheFileEndsTheDaemonWithoutHangOrWrongBy
   std::unique_ptr<ReaderPool> pool = MakePool(MP("term.apr"), {&expected}, options);
   pool->Start();
   RunFor(*pool, 500ms);
+  ASSERT_NO_FATAL_FAILURE(WaitUntilEveryReaderRead(*pool));
   WaitForReadsInFlight(*pool, 2);
   pool->MarkEvent();
   ASSERT_EQ(kill(daemon_pid(), SIGTERM), 0);

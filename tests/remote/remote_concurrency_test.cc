@@ -260,8 +260,8 @@ TEST_F(RemoteConcurrencyTest, SequentialReadPrefetchesAheadOverReusedConnections
 }
 
 // Several range requests in parallel: with every answer paced to 8 MiB/s (about 1 s per
-// chunk), a cold sequential read of a 10-chunk file over the default 8 connections takes a
-// fraction of the ~10 s one connection would need.
+// chunk), a cold sequential read of a 10-chunk file over the default 8 connections has several
+// chunks downloading at the same time (the server counts them), over several connections.
 TEST_F(RemoteConcurrencyTest, SequentialReadDownloadsOverParallelConnections) {
   const SourceModel& model = LargeSingleModel();
   FaultServer& server = StartFault("fault", model.ShardPath("model.safetensors"),
@@ -279,16 +279,20 @@ TEST_F(RemoteConcurrencyTest, SequentialReadDownloadsOverParallelConnections) {
   json stats = server.Stats();
   std::set<int> conns;
   for (const json& entry : stats["log"]) conns.insert(entry.value("conn", 0));
-  std::fprintf(stderr, "[ note ] %.1f s for %zu bytes over %zu connections\n", read.seconds,
-               read.bytes.size(), conns.size());
-  EXPECT_LT(read.seconds, 5.0) << "no parallelism: " << stats["log"].dump();
+  const int max_in_flight = stats.value("max_in_flight", 0);
+  std::fprintf(stderr, "[ note ] %.1f s for %zu bytes over %zu connections, %d at once\n",
+               read.seconds, read.bytes.size(), conns.size(), max_in_flight);
+  // What the daemon did, not how long it took (the time is a benchmark's, and a busy machine's):
+  // the chunks (1 s each at this rate) were downloaded side by side, over several connections.
+  EXPECT_GE(max_in_flight, 3) << "no parallelism: " << stats["log"].dump();
   EXPECT_GE(conns.size(), 4u);
   EXPECT_EQ(stats.value("requests", 0), 10) << "each chunk once: " << stats["log"].dump();
 }
 
 // Reads that a caller waits for go before prefetch: with one connection and each chunk taking
-// ~0.5 s, a sequential reader queues read-ahead for the whole file; a read of the last chunk
-// then waits for the download in progress and its own, not for the whole queue.
+// ~1 s, a sequential reader queues read-ahead for the whole file; a read of the last chunk
+// then waits for the download in progress and its own, not for the whole queue: its request
+// reaches the server right after the one in progress (the server numbers requests as they come).
 TEST_F(RemoteConcurrencyTest, DemandReadsOvertakeQueuedPrefetch) {
   const SourceModel& model = LargeSingleModel();
   FaultServer& server =
@@ -302,7 +306,7 @@ TEST_F(RemoteConcurrencyTest, DemandReadsOvertakeQueuedPrefetch) {
   AprLayout layout = ParseAprFile(path);
   ASSERT_EQ(layout.error, "");
   ASSERT_TRUE(server.Reset());
-  ASSERT_TRUE(server.Plan(R"({"plan": [], "then": "slow:16777216"})"));
+  ASSERT_TRUE(server.Plan(R"({"plan": [], "then": "slow:8388608"})"));
   // 2 MiB in 128 KiB sequential O_DIRECT reads: the stream's window reaches the whole file.
   const uint64_t start = AprOffsetOf(layout, "l.weight");
   std::string got;
@@ -311,14 +315,37 @@ TEST_F(RemoteConcurrencyTest, DemandReadsOvertakeQueuedPrefetch) {
   }
   const std::string weight = model.TensorBytes("l.weight");
   const uint64_t within = weight.size() - 5000;  // in the last chunk
+  const uint64_t last_chunk =
+      (model.tensors.at("l.weight").shard_offset + within) / kChunk * kChunk;
+  const int before = server.Stats().value("requests", 0);
   double seconds = 0;
   ASSERT_EQ(ReadRange(path, AprOffsetOf(layout, "l.weight", within), 4096, &got, &seconds), 0);
   EXPECT_TRUE(got == weight.substr(within, 4096));
-  json stats = server.Stats();
-  std::fprintf(stderr, "[ note ] the last chunk came after %.1f s; %d requests so far\n", seconds,
-               stats.value("requests", 0));
-  // In progress (<= 0.5 s) + its own (0.5 s) + slack; the whole queue would take ~4.5 s.
-  EXPECT_LT(seconds, 2.5) << "the demand read waited behind prefetch: " << stats["log"].dump();
+  // The server logs a request once answered: wait for the last chunk's entry.
+  const std::string range = "bytes=" + std::to_string(last_chunk) + "-";
+  json entry;
+  json stats;
+  WaitFor(
+      [&] {
+        stats = server.Stats();
+        for (const json& e : stats.value("log", json::array())) {
+          const json r = e.value("range", json());
+          if (r.is_string() && r.get<std::string>().rfind(range, 0) == 0) {
+            entry = e;
+            return true;
+          }
+        }
+        return false;
+      },
+      30s);
+  ASSERT_FALSE(entry.is_null()) << "no request for the last chunk: " << stats["log"].dump();
+  const int n = entry.value("n", 0);
+  std::fprintf(stderr,
+               "[ note ] the last chunk came after %.1f s as request %d; %d requests before it\n",
+               seconds, n, before);
+  // Behind the queue it would be request ~10; ahead of it, the next after the one in progress
+  // (one more when a prefetch was handed the connection just before the read came).
+  EXPECT_LE(n, before + 2) << "the demand read waited behind prefetch: " << stats["log"].dump();
 }
 
 // Samples the present bytes of every chunk store of a cache dir (from the map files) and keeps

@@ -24,7 +24,7 @@ struct FaultCase {
   std::string name;
   std::string plan;  // JSON for POST /_plan (a list, or an object with "then")
   Expect expect;
-  double max_seconds;      // the read, fault and retries included
+  double max_seconds;      // the read, fault and retries included: a hang guard, wide (load)
   double min_seconds = 0;  // e.g. slow answers really were slow
   // Modes the server must have served (the fault did happen): mode -> at least this many.
   std::map<std::string, int> served;
@@ -201,16 +201,18 @@ TEST_F(RemoteRetryTest, RetriesAreBoundedAndEioFollowsTheLastAttempt) {
   EXPECT_EQ(err, EIO);
   EXPECT_EQ(stats.value("requests", 0), 5) << "attempts at the chunk: " << stats["log"].dump();
   EXPECT_GE(seconds, 7.5) << "Retry-After: 2 not honoured";
-  EXPECT_LT(seconds, 9.5) << "EIO came " << seconds - 8 << " s after the 5th answer";
+  // No sixth attempt is the `requests` check above; the time only catches a hang.
+  EXPECT_LT(seconds, 40.0) << "EIO came " << seconds - 8 << " s after the 5th answer";
 }
 
 // After a read failed, prefetch downloads of the other chunks keep retrying in the background;
-// unmounting must still end the daemon promptly.
+// unmounting must still end the daemon promptly: not after the retry's 30 s Retry-After (the
+// most the daemon honours).
 TEST_F(RemoteRetryTest, DaemonExitsPromptlyAfterUnmountWhileDownloadsRetry) {
   ASSERT_NO_FATAL_FAILURE(MountFaultModel());
-  // Chunk 0 comes; everything after is refused with Retry-After: 5.
+  // Chunk 0 comes; everything after is refused with Retry-After: 30.
   ASSERT_TRUE(server_->Reset());
-  ASSERT_TRUE(server_->Plan(R"({"plan": ["ok"], "then": "status:503:5"})"));
+  ASSERT_TRUE(server_->Plan(R"({"plan": ["ok"], "then": "status:503:30"})"));
   // Two small sequential O_DIRECT reads in chunk 0: the second one makes a stream whose
   // read-ahead schedules chunk 1 in the background.
   std::string got;
@@ -221,33 +223,34 @@ TEST_F(RemoteRetryTest, DaemonExitsPromptlyAfterUnmountWhileDownloadsRetry) {
       << "no background download of chunk 1 started: " << server_->Stats().dump();
   auto t0 = Clock::now();
   ASSERT_EQ(umount2(mount_->mountpoint().c_str(), 0), 0) << std::strerror(errno);
-  bool exited = WaitFor([&] { return !mount_->Alive(); }, 30s);
+  bool exited = WaitFor([&] { return !mount_->Alive(); }, 60s);
   double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   EXPECT_TRUE(exited);
-  EXPECT_LT(seconds, 5.0) << "the daemon took " << seconds << " s to exit after the unmount";
+  EXPECT_LT(seconds, 20.0) << "the daemon took " << seconds << " s to exit after the unmount";
 }
 
 // clang-format off
 const FaultCase kFaultCases[] = {
   // name                      plan                                    expect   max s  min s  served
-  {"status_503_then_ok",       R"(["status:503:1", "status:503:1"])",  Expect::Bytes, 20, 2,   {{"status:503:1", 2}}},
-  {"status_500_502_then_ok",   R"(["status:500", "status:502"])",      Expect::Bytes, 20, 0,   {{"status:500", 1}}},
-  {"status_429_then_ok",       R"(["status:429:1"])",                  Expect::Bytes, 20, 1,   {{"status:429:1", 1}}},
-  {"stall_after_headers",      R"(["stall"])",                         Expect::Bytes, 25, 1.5, {{"stall", 1}}},
-  {"stall_before_headers",     R"(["stall:none"])",                    Expect::Bytes, 25, 1.5, {{"stall:none", 1}}},
-  {"close_without_answer",     R"(["close", "close"])",                Expect::Bytes, 20, 0,   {{"close", 2}}},
-  {"cut_mid_body",             R"(["cut", "cut"])",                    Expect::Bytes, 20, 0,   {{"cut", 2}}},
-  {"short_body",               R"(["short"])",                         Expect::Bytes, 20, 0,   {{"short", 1}}},
-  {"wrong_content_range",      R"(["wrong_range", "wrong_range"])",    Expect::Bytes, 20, 0,   {{"wrong_range", 2}}},
-  {"range_ignored_200",        R"(["ignore_range"])",                  Expect::Bytes, 20, 0,   {{"ignore_range", 1}}},
-  {"slow_body",                R"(["slow:3000000"])",                  Expect::Bytes, 30, 2,   {{"slow:3000000", 1}}},
-  // EIO within the read deadline (60 s, RemoteOptions::read_deadline): retries are bounded.
-  {"content_changes",          R"(["change"])",                        Expect::Eio,   60, 0,   {{"change", 1}}},
-  {"content_changes_after_first_chunk", R"(["ok", "change"])",         Expect::Eio,   60, 0,   {{"change", 1}}, 1},
+  {"status_503_then_ok",       R"(["status:503:1", "status:503:1"])",  Expect::Bytes, 60, 2,   {{"status:503:1", 2}}},
+  {"status_500_502_then_ok",   R"(["status:500", "status:502"])",      Expect::Bytes, 60, 0,   {{"status:500", 1}}},
+  {"status_429_then_ok",       R"(["status:429:1"])",                  Expect::Bytes, 60, 1,   {{"status:429:1", 1}}},
+  {"stall_after_headers",      R"(["stall"])",                         Expect::Bytes, 60, 1.5, {{"stall", 1}}},
+  {"stall_before_headers",     R"(["stall:none"])",                    Expect::Bytes, 60, 1.5, {{"stall:none", 1}}},
+  {"close_without_answer",     R"(["close", "close"])",                Expect::Bytes, 60, 0,   {{"close", 2}}},
+  {"cut_mid_body",             R"(["cut", "cut"])",                    Expect::Bytes, 60, 0,   {{"cut", 2}}},
+  {"short_body",               R"(["short"])",                         Expect::Bytes, 60, 0,   {{"short", 1}}},
+  {"wrong_content_range",      R"(["wrong_range", "wrong_range"])",    Expect::Bytes, 60, 0,   {{"wrong_range", 2}}},
+  {"range_ignored_200",        R"(["ignore_range"])",                  Expect::Bytes, 60, 0,   {{"ignore_range", 1}}},
+  {"slow_body",                R"(["slow:3000000"])",                  Expect::Bytes, 60, 2,   {{"slow:3000000", 1}}},
+  // EIO within the read deadline (60 s, RemoteOptions::read_deadline, + slack for a busy
+  // machine): retries are bounded.
+  {"content_changes",          R"(["change"])",                        Expect::Eio,   90, 0,   {{"change", 1}}},
+  {"content_changes_after_first_chunk", R"(["ok", "change"])",         Expect::Eio,   90, 0,   {{"change", 1}}, 1},
   // The shard cut to half its size on the server after its first chunk was stored.
-  {"content_truncated_after_first_chunk", R"(["ok", "truncate"])",     Expect::Eio,   60, 0,   {{"truncate", 1}}, 1},
-  {"always_503",               R"({"plan": [], "then": "status:503:1"})", Expect::Eio, 60, 3,  {{"status:503:1", 3}}},
-  {"always_stalled",           R"({"plan": [], "then": "stall"})",     Expect::Eio,   60, 4,   {{"stall", 2}}},
+  {"content_truncated_after_first_chunk", R"(["ok", "truncate"])",     Expect::Eio,   90, 0,   {{"truncate", 1}}, 1},
+  {"always_503",               R"({"plan": [], "then": "status:503:1"})", Expect::Eio, 90, 3,  {{"status:503:1", 3}}},
+  {"always_stalled",           R"({"plan": [], "then": "stall"})",     Expect::Eio,   90, 4,   {{"stall", 2}}},
 };
 // clang-format on
 

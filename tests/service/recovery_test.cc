@@ -64,10 +64,12 @@ TEST_F(ServiceTest, KilledDaemonsDeadMountIsReplacedByTheNextMount) {
   ASSERT_EQ(kill(daemon_pid(), SIGKILL), 0);
   ASSERT_TRUE(WaitDaemonExit(10s).has_value());
   // The kernel may answer stat() of the root from its cache for a second; a listing asks.
+  // ENOTCONN, or ECONNABORTED once the connection was aborted (through
+  // /sys/fs/fuse/connections, by anything on the machine that cleans up dead mounts).
   std::error_code ec;
   std::filesystem::directory_iterator listing(mountpoint(), ec);
-  ASSERT_EQ(ec.value(), ENOTCONN) << "a killed daemon's mount should fail with ENOTCONN, got "
-                                  << ec.message();
+  ASSERT_TRUE(ec.value() == ENOTCONN || ec.value() == ECONNABORTED)
+      << "a killed daemon's mount should fail with ENOTCONN, got " << ec.message();
   ASSERT_TRUE(IsAprfsMounted(mountpoint())) << "the dead mount should still be listed";
 
   AdoptMount(mountpoint());

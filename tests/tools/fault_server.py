@@ -27,7 +27,8 @@ Modes:
 
 Control (on both ports): POST /_plan with a JSON list (replaces the data plan) or an
 object {"plan": [...], "hub_plan": [...], "then": MODE}; POST /_reset (plans, stats and
-`change` back to the start); GET /_stats (JSON counts, per-request log, ranges served).
+`change` back to the start); GET /_stats (JSON counts, per-request log, ranges served,
+and max_in_flight: the most data requests answered at the same time since the reset).
 
 Hub mode: a second port answers like the Hub for one repo (--repo, default fault/model)
 whose only LFS file (--path, default the file's name) is this file, plus optional small
@@ -130,6 +131,7 @@ class State:
         self.initial = {"plan": json.loads(args.plan), "hub_plan": json.loads(args.hub_plan),
                         "then": args.then}
         self.data_url = self.endpoint = None
+        self.in_flight = 0                     # data requests being answered (kept by reset)
         self.reset()
         self.set_plan(self.initial)
 
@@ -140,7 +142,8 @@ class State:
             self.truncated = False
             self.stats = {"requests": 0, "hub_requests": 0, "control_requests": 0,
                           "connections": 0, "bytes_sent": 0, "modes": {},
-                          "statuses": {}, "ranges": [], "log": []}
+                          "statuses": {}, "ranges": [], "log": [],
+                          "max_in_flight": self.in_flight}
 
     def set_plan(self, obj):
         """A list replaces the data plan; an object may set plan, hub_plan and then."""
@@ -183,6 +186,15 @@ class State:
                 n = self.stats["requests"]
             self.stats["modes"][text] = self.stats["modes"].get(text, 0) + 1
             return n, text, self.changed, self.truncated
+
+    def enter(self):
+        with self.lock:
+            self.in_flight += 1
+            self.stats["max_in_flight"] = max(self.stats["max_in_flight"], self.in_flight)
+
+    def leave(self):
+        with self.lock:
+            self.in_flight -= 1
 
     def record(self, entry, sent=0, served=None):
         with self.lock:
@@ -347,7 +359,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if self.command == "POST":
             return self.send_simple(405, b"method not allowed\n")
         if path == "/file":
-            return self.data()
+            self.st.enter()
+            try:
+                return self.data()
+            finally:
+                self.st.leave()
         return self.hub(path)
 
     def control(self, path):

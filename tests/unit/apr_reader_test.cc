@@ -421,7 +421,9 @@ TEST(AprReader, ForgedHugeTensorCountFailsQuickly) {
   }
   double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  EXPECT_LT(seconds, 1.0);
+  // The behaviour is `asked`; the time only catches a loop over 4 billion entries (wide: a
+  // sanitizer and a busy machine slow it down).
+  EXPECT_LT(seconds, 30.0);
   EXPECT_LT(asked, 64u * file.size() + (4u << 20)) << "read far more than the file";
 }
 

@@ -83,7 +83,7 @@ class ChunkCacheTest : public ::testing::Test {
 
   // Waits until `done` holds (the janitor works in the background).
   template <typename Predicate>
-  bool WaitFor(Predicate done, std::chrono::milliseconds timeout = std::chrono::seconds(4)) {
+  bool WaitFor(Predicate done, std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
     auto deadline = std::chrono::steady_clock::now() + timeout;
     while (!done()) {
       if (std::chrono::steady_clock::now() > deadline) return false;

@@ -404,7 +404,12 @@ TEST_F(ChunkStoreTest, ConcurrentClaimsNeverOverlap) {
       }
     });
   }
+  // 200 ms, and on a busy machine (threads started late) until some claims were made.
+  auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  while (claims.load() == 0 && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   stop = true;
   for (auto& thread : threads) thread.join();
   EXPECT_EQ(max_holders.load(), 1);
@@ -684,7 +689,13 @@ TEST_F(ChunkStoreTest, ReadsRacingEvictionsNeverReturnWrongBytes) {
       }
     });
   }
+  // 1 s, and on a busy machine (threads started late) until each kind of event happened.
+  auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  while ((good.load() == 0 || evictions.load() == 0 || commits.load() == 0) &&
+         std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   stop = true;
   writer.join();
   evictor.join();

@@ -30,7 +30,7 @@ class Gate {
     }
     cv_.notify_all();
   }
-  bool Wait(std::chrono::milliseconds timeout = 5s) {
+  bool Wait(std::chrono::milliseconds timeout = 30s) {
     std::unique_lock lock(mu_);
     return cv_.wait_for(lock, timeout, [&] { return open_; });
   }
@@ -42,7 +42,7 @@ class Gate {
 };
 
 template <typename Predicate>
-bool WaitFor(Predicate done, std::chrono::milliseconds timeout = 5s) {
+bool WaitFor(Predicate done, std::chrono::milliseconds timeout = 30s) {
   auto deadline = std::chrono::steady_clock::now() + timeout;
   while (!done()) {
     if (std::chrono::steady_clock::now() > deadline) return false;
@@ -160,13 +160,13 @@ TEST(FetcherTest, DestructionWithQueuedTasksDoesNotHang) {
   EXPECT_EQ(destroyed.wait_for(50ms), std::future_status::timeout)
       << "the destructor did not wait for the running task";
   release.Open();
-  ASSERT_EQ(destroyed.wait_for(5s), std::future_status::ready) << "~Fetcher hung";
+  ASSERT_EQ(destroyed.wait_for(30s), std::future_status::ready) << "~Fetcher hung";
   EXPECT_LT(ran.load(), 100) << "the queued tasks were run instead of dropped";
 }
 
 TEST(FetcherTest, IdleDestructionReturns) {
   auto destroyed = std::async(std::launch::async, [] { Fetcher fetcher(8); });
-  EXPECT_EQ(destroyed.wait_for(5s), std::future_status::ready);
+  EXPECT_EQ(destroyed.wait_for(30s), std::future_status::ready);
 }
 
 TEST(FetcherTest, TasksSubmittedFromTasksRun) {

