@@ -49,12 +49,16 @@ SourceTensor Resolve(const ShardSet& set, const Fp8Weights& fp8, TensorRef ref) 
 }
 
 // Adds `name` (with the source's shape and values) to the view as the path's dispatch says.
+// `synthesized`: path H's lm_head.weight made from the embedding, which aprender converts to f32
+// and dispatches (§2.4, §3.3): under fp16 it is F16 whatever the embedding's dtype, never raw.
 void Add(std::vector<AprTensorSpec>& tensors, std::vector<TensorCodec>& codecs, ViewKind view,
-         ImportPath path, const std::string& name, const SourceTensor& source) {
+         ImportPath path, const std::string& name, const SourceTensor& source,
+         bool synthesized = false) {
   const std::vector<uint64_t>& shape = source.tensor->shape;
   const uint64_t elements = ElementCount(shape);
   const SourceDtype seen = source.dequant ? SourceDtype::kBF16 : source.from;
   TensorDispatch dispatch = Dispatch(view, path, seen, name, elements);
+  if (synthesized && view == ViewKind::kF16) dispatch = {kAprF16, Encoding::kF16};
   AprTensorSpec& spec = tensors.emplace_back();
   spec.name = name;
   spec.shape = shape;
@@ -122,7 +126,8 @@ QuantizedView PlanSharded(const ShardSet& set, const Fp8Weights& fp8, ViewKind v
     }
   }
   if (!has_head && embedding) {
-    Add(tensors, codecs, view, ImportPath::kSharded, std::string(kLmHead), *embedding);
+    Add(tensors, codecs, view, ImportPath::kSharded, std::string(kLmHead), *embedding,
+        /*synthesized=*/true);
   }
   QuantizedView result;
   result.path = ImportPath::kSharded;
