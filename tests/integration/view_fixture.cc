@@ -253,6 +253,25 @@ std::string ViewTest::ExpectedBytes(const std::string& name, const std::string& 
   return ref.bytes;
 }
 
+std::string ViewTest::LargeFp8Reference() {
+  // Not kept across tests: the .apr's metadata names the model's folder, which is the test's.
+  tw::WriteModel(Model("big"), LargeFp8Model(2000, 4100));
+  Mount({"--no-hf-cache", "--source", models_dir(), "--cache-dir", root() + "/reference-cache",
+         "--no-view-cache"});
+  if (HasFatalFailure()) return "";
+  std::string bytes, error;
+  EXPECT_TRUE(ReadDirect(MP("big.apr"), &bytes, &error)) << error;
+  UnmountCleanly();
+  const std::string copy = work_dir() + "/big.apr";
+  tw::WriteFile(copy, bytes);
+  ProcResult check = RunAprcheck(copy, Model("big"));
+  EXPECT_EQ(check.exit_code, 0) << "the large FP8 model's .apr: " << check.Describe();
+  std::error_code ec;
+  fs::remove(copy, ec);
+  EXPECT_GT(bytes.size(), 3u * (4u << 20)) << "meant to span four computed chunks";
+  return bytes;
+}
+
 void ViewTest::MountViews(const std::vector<std::string>& extra) {
   std::vector<std::string> args = {"--no-hf-cache", "--source", models_dir(), "--cache-dir",
                                    CacheDir()};

@@ -62,6 +62,11 @@ class ViewTest : public MountTest {
   // Reference() that must exist (exit 0); a fatal failure otherwise.
   std::string ExpectedBytes(const std::string& name, const std::string& view);
 
+  // Writes LargeFp8Model as Model("big") and returns the bytes of its .apr as a mount serves
+  // them once aprcheck.py --source has proven them (every dequantized weight, the structure, the
+  // footer): read on a mount of its own (call it before mounting).
+  std::string LargeFp8Reference();
+
   // This test's cache folder (chunks/ and views/ of the computed cache).
   std::string CacheDir() const { return root() + "/cache"; }
   // --no-hf-cache --source models_dir() --cache-dir CacheDir() plus `extra`.
