@@ -29,6 +29,10 @@ struct ViewReference {
   bool refused() const { return exit_code == 3; }
 };
 
+// apr_views.py MODEL_DIR --view VIEW --name NAME.VIEW, written to `out_path` (then removed).
+ViewReference RunReferenceWriter(const std::string& model_dir, const std::string& name,
+                                 const std::string& view, const std::string& out_path);
+
 // "qt.q4k.apr"; "qt.apr" for the view "apr".
 std::string ViewFileName(const std::string& model, const std::string& view);
 
