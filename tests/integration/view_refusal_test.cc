@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 #include <regex>
+#include <thread>
 
 #include "tests/integration/view_fixture.h"
 
@@ -147,6 +148,32 @@ INSTANTIATE_TEST_SUITE_P(
                     "model.layers.0.self_attn.o_proj.weight:mean"},
                    "beyond +-100"}),
     [](const auto& info) { return info.param.name; });
+
+TEST_F(ViewRefusalTest, RewrittenSingleFileModelIsCheckedAgainNotJudgedByTheOldVerdict) {
+  SetWatchdog(180s);
+  const std::vector<std::string> clean = {"--preset", "quant-tiny", "--layout", "single"};
+  std::vector<std::string> poisoned = clean;
+  poisoned.insert(poisoned.end(), {"--poison", "model.layers.0.mlp.up_proj.weight:nan"});
+  ASSERT_NO_FATAL_FAILURE(MakeModel("p", poisoned));
+  ASSERT_NO_FATAL_FAILURE(MountViews());
+  EXPECT_EQ(OpenErrno("p.q4k.apr"), EIO);
+  // The model is fixed while mounted: its new version is scanned on the next open, and served.
+  ASSERT_NO_FATAL_FAILURE(MakeModel("p", clean));
+  const std::string want = ExpectedBytes("p", "q4k");
+  std::string got, error;
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (!ReadWholeFile(MP("p.q4k.apr"), &got, &error) &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(100ms);
+  }
+  EXPECT_EQ(FirstDifference(got, want), std::nullopt) << "last error: " << error;
+  EXPECT_EQ(ViewStatus("p", "q4k").value("state", ""), "ready");
+  UnmountCleanly();
+  // And a new mount keeps to the new verdict.
+  ASSERT_NO_FATAL_FAILURE(MountViews());
+  EXPECT_TRUE(ReadWholeFile(MP("p.q4k.apr"), &got, &error)) << error;
+  EXPECT_EQ(FirstDifference(got, want), std::nullopt);
+}
 
 TEST_F(ViewRefusalTest, Int4DensityRuleRefusesOnlyTheInt4ViewOfASingleFileModel) {
   SetWatchdog(180s);
