@@ -59,9 +59,7 @@ TEST_P(ViewBytesTest, EveryViewEqualsTheReferenceWriterThroughReadDirectIoAndMma
   SetWatchdog(240s);
   const std::string model = "model";
   ASSERT_NO_FATAL_FAILURE(MakeModel(model, GetParam().make_model_args));
-  std::vector<std::pair<std::string, std::string>> wanted;
-  for (const std::string& view : kQuantizedViews) wanted.push_back({model, view});
-  PrepareReferences(wanted);
+  PrepareReferences(EveryQuantizedView({model}));
 
   // With the computed cache: the first request computes (and stores) the chunk, later ones
   // are served from the store.
@@ -86,10 +84,7 @@ TEST_F(ViewCopyTest, CopiedViewsPassAprfsInspectAndAprcheckWithACorrectFooter) {
   SetWatchdog(240s);
   ASSERT_NO_FATAL_FAILURE(MakeModel("qt", {"--preset", "quant-tiny"}));
   ASSERT_NO_FATAL_FAILURE(MakeModel("f8", {"--preset", "fp8-tiny", "--layout", "single"}));
-  std::vector<std::pair<std::string, std::string>> wanted;
-  for (const char* model : {"qt", "f8"}) {
-    for (const std::string& view : kQuantizedViews) wanted.push_back({model, view});
-  }
+  const auto wanted = EveryQuantizedView({"qt", "f8"});
   PrepareReferences(wanted);
   ASSERT_NO_FATAL_FAILURE(MountViews());
 

@@ -2,7 +2,6 @@
 // across a kill -9 in the middle of computing, and really off with --no-view-cache.
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -42,31 +41,7 @@ void HammerView(const std::string& path, const std::string& want) {
   std::atomic<bool> go{false};
   std::vector<Child> mappers;
   for (int m = 0; m < 2; ++m) {
-    mappers.push_back(StartChild([&, m]() -> int {
-      Fd fd(path, O_RDONLY);
-      if (!fd.ok()) return 2;
-      void* map = mmap(nullptr, size, PROT_READ, MAP_SHARED, fd.get(), 0);
-      if (map == MAP_FAILED) return 3;
-      const char* base = static_cast<const char*>(map);
-      std::vector<uint64_t> pages((size + 4095) / 4096);
-      for (uint64_t p = 0; p < pages.size(); ++p) pages[p] = p;
-      std::mt19937_64 rng(100 + m);
-      for (int round = 0; round < 3; ++round) {
-        std::shuffle(pages.begin(), pages.end(), rng);
-        for (uint64_t p : pages) {
-          const uint64_t at = p * 4096, n = std::min<uint64_t>(4096, size - at);
-          if (std::memcmp(base + at, want.data() + at, n) != 0) {
-            dprintf(2, "mapper %d, round %d: page at %llu differs\n", m, round,
-                    static_cast<unsigned long long>(at));
-            return 1;
-          }
-        }
-        madvise(map, size, MADV_DONTNEED);
-        posix_fadvise(fd.get(), 0, 0, POSIX_FADV_DONTNEED);
-      }
-      munmap(map, size);
-      return 0;
-    }));
+    mappers.push_back(StartChild([&, m] { return CompareMappedPages(path, want, 100 + m, 3); }));
   }
   std::mutex mu;
   std::vector<std::string> problems;
@@ -379,10 +354,7 @@ TEST_F(ViewCacheTest, NoViewCacheKeepsNothingOnDiskAndRecomputesEveryByte) {
   const std::string big = LargeFp8Reference();
   ASSERT_NO_FATAL_FAILURE(MakeModel("qt", {"--preset", "quant-tiny"}));
   ASSERT_NO_FATAL_FAILURE(MakeModel("qs", {"--preset", "quant-tiny", "--layout", "single"}));
-  std::vector<std::pair<std::string, std::string>> wanted;
-  for (const char* model : {"qt", "qs"}) {
-    for (const std::string& view : kQuantizedViews) wanted.push_back({model, view});
-  }
+  const auto wanted = EveryQuantizedView({"qt", "qs"});
   PrepareReferences(wanted);
   const std::string config = work_dir() + "/config.json";
   tw::WriteFile(config, R"({"view_cache": false})");

@@ -139,31 +139,49 @@ void ExpectViewBytes(const std::string& path, const std::string& want) {
     EXPECT_EQ(std::memcmp(tail, want.data() + size - 3, 3), 0) << "the footer's last bytes";
   }
 
-  // mmap from a cold page cache, pages touched in a random order first.
+  // mmap from a cold page cache, pages touched in a random order.
   DropPageCache(path);
-  Child child = StartChild([&]() -> int {
-    Fd map_fd(path, O_RDONLY);
-    if (!map_fd.ok()) return 2;
-    void* map = mmap(nullptr, size, PROT_READ, MAP_SHARED, map_fd.get(), 0);
-    if (map == MAP_FAILED) return 3;
-    const char* base = static_cast<const char*>(map);
-    const uint64_t pages = (size + 4095) / 4096;
-    std::vector<uint64_t> order(pages);
-    for (uint64_t p = 0; p < pages; ++p) order[p] = p;
-    std::shuffle(order.begin(), order.end(), std::mt19937_64(pages));
-    int bad = 0;
-    for (uint64_t p : order) {
+  Child child = StartChild([&] { return CompareMappedPages(path, want, size); });
+  ProcResult r = WaitChild(child, 60s);
+  EXPECT_EQ(r.exit_code, 0) << "mmap reader: " << r.Describe();
+}
+
+int CompareMappedPages(const std::string& path, const std::string& want, uint64_t seed,
+                       int rounds) {
+  const uint64_t size = want.size();
+  Fd fd(path, O_RDONLY);
+  if (!fd.ok()) return 2;
+  void* map = mmap(nullptr, size, PROT_READ, MAP_SHARED, fd.get(), 0);
+  if (map == MAP_FAILED) return 3;
+  const char* base = static_cast<const char*>(map);
+  std::vector<uint64_t> pages((size + 4095) / 4096);
+  for (uint64_t p = 0; p < pages.size(); ++p) pages[p] = p;
+  std::mt19937_64 rng(seed);
+  int bad = 0;
+  for (int round = 0; round < rounds && !bad; ++round) {
+    std::shuffle(pages.begin(), pages.end(), rng);
+    for (uint64_t p : pages) {
       const uint64_t at = p * 4096, n = std::min<uint64_t>(4096, size - at);
       if (std::memcmp(base + at, want.data() + at, n) != 0) {
-        dprintf(2, "mmap: page at %llu differs\n", static_cast<unsigned long long>(at));
+        dprintf(2, "%s, round %d: the mapped page at %llu differs\n", path.c_str(), round,
+                static_cast<unsigned long long>(at));
         if (++bad > 5) break;
       }
     }
-    munmap(map, size);
-    return bad ? 1 : 0;
-  });
-  ProcResult r = WaitChild(child, 60s);
-  EXPECT_EQ(r.exit_code, 0) << "mmap reader: " << r.Describe();
+    madvise(map, size, MADV_DONTNEED);
+    posix_fadvise(fd.get(), 0, 0, POSIX_FADV_DONTNEED);
+  }
+  munmap(map, size);
+  return bad ? 1 : 0;
+}
+
+std::vector<std::pair<std::string, std::string>> EveryQuantizedView(
+    const std::vector<std::string>& models) {
+  std::vector<std::pair<std::string, std::string>> all;
+  for (const std::string& model : models) {
+    for (const std::string& view : kQuantizedViews) all.push_back({model, view});
+  }
+  return all;
 }
 
 uint64_t DiskUsage(const std::string& dir) {

@@ -42,6 +42,16 @@ std::string ViewFileName(const std::string& model, const std::string& view);
 // and a shared mapping (in a child process, so a SIGBUS fails the test instead of killing it).
 void ExpectViewBytes(const std::string& path, const std::string& want);
 
+// The body of a child process that maps the file and compares it with `want` page by page, in a
+// random order (`seed`), `rounds` times, dropping the mapping's pages and the page cache between
+// rounds. Exit codes: 0 equal, 1 a page differs (named on stderr), 2 open failed, 3 mmap failed.
+int CompareMappedPages(const std::string& path, const std::string& want, uint64_t seed,
+                       int rounds = 1);
+
+// (model, view) for every quantized view of each model.
+std::vector<std::pair<std::string, std::string>> EveryQuantizedView(
+    const std::vector<std::string>& models);
+
 // The whole file through O_DIRECT pread in `piece`-byte requests: every byte from the daemon.
 bool ReadDirect(const std::string& path, std::string* out, std::string* error,
                 size_t piece = 1 << 20);

@@ -25,12 +25,6 @@ std::string RefusedTensor(const ViewReference& ref) {
 
 class ViewRefusalTest : public ViewTest {
  protected:
-  // The references of every quantized view of `model`.
-  void PrepareAllViews(const std::string& model) {
-    std::vector<std::pair<std::string, std::string>> wanted;
-    for (const std::string& view : kQuantizedViews) wanted.push_back({model, view});
-    PrepareReferences(wanted);
-  }
   // Whole-file read (O_DIRECT) equals the reference.
   void ExpectServed(const std::string& model, const std::string& view) {
     std::string got, error;
@@ -66,7 +60,7 @@ TEST_P(ViewPoisonTest, SingleFileModelIsRefusedByEveryQuantizedViewNamingTheFirs
   SetWatchdog(180s);
   const PoisonCase& c = GetParam();
   ASSERT_NO_FATAL_FAILURE(MakeModel("p", c.make_model_args));
-  PrepareAllViews("p");
+  PrepareReferences(EveryQuantizedView({"p"}));
   for (const std::string& view : kQuantizedViews) {
     ASSERT_TRUE(Reference("p", view).refused())
         << "apr_views.py --view " << view << " accepts it: " << Reference("p", view).message;
@@ -112,48 +106,47 @@ TEST_P(ViewPoisonTest, SingleFileModelIsRefusedByEveryQuantizedViewNamingTheFirs
       << "scanned again";
 }
 
+// make_model.py args of a single-file `preset` with these --poison NAME:KIND.
+std::vector<std::string> SingleFile(const std::string& preset,
+                                    const std::vector<std::string>& poisons) {
+  std::vector<std::string> args = {"--preset", preset, "--layout", "single"};
+  for (const std::string& poison : poisons) args.insert(args.end(), {"--poison", poison});
+  return args;
+}
+
+// Two tensors poisoned: the first in name order is the one named.
+const std::string kLaterTensor = "model.layers.1.mlp.down_proj.weight:";
+const std::string kFirstTensor = "model.layers.0.self_attn.q_proj.weight:";
+
 INSTANTIATE_TEST_SUITE_P(
     ViewPoisons, ViewPoisonTest,
     ::testing::Values(
-        PoisonCase{"nan",
-                   {"--preset", "quant-tiny", "--layout", "single", "--poison",
-                    "model.layers.1.mlp.down_proj.weight:nan", "--poison",
-                    "model.layers.0.self_attn.q_proj.weight:nan"},
+        PoisonCase{"nan", SingleFile("quant-tiny", {kLaterTensor + "nan", kFirstTensor + "nan"}),
                    "NaN"},
-        PoisonCase{"inf",
-                   {"--preset", "quant-tiny", "--layout", "single", "--poison",
-                    "model.layers.1.mlp.down_proj.weight:inf", "--poison",
-                    "model.layers.0.self_attn.q_proj.weight:inf"},
+        PoisonCase{"inf", SingleFile("quant-tiny", {kLaterTensor + "inf", kFirstTensor + "inf"}),
                    "infinite"},
         PoisonCase{"mean",
-                   {"--preset", "quant-tiny", "--layout", "single", "--poison",
-                    "model.layers.1.mlp.down_proj.weight:mean", "--poison",
-                    "model.layers.0.self_attn.q_proj.weight:mean"},
+                   SingleFile("quant-tiny", {kLaterTensor + "mean", kFirstTensor + "mean"}),
                    "beyond +-100"},
-        PoisonCase{"norm_mean",
-                   {"--preset", "quant-tiny", "--layout", "single", "--poison",
-                    "model.norm.weight:mean"},
+        PoisonCase{"norm_mean", SingleFile("quant-tiny", {"model.norm.weight:mean"}),
                    "beyond +-100"},
         PoisonCase{"fp8_nan_code",
-                   {"--preset", "fp8-tiny", "--layout", "single", "--poison",
-                    "model.layers.1.mlp.experts.0.up_proj.weight:nan"},
+                   SingleFile("fp8-tiny", {"model.layers.1.mlp.experts.0.up_proj.weight:nan"}),
                    "NaN"},
         // An infinite block scale makes the block's zero codes 0 x Inf = NaN, found first.
         PoisonCase{"fp8_inf_scale",
-                   {"--preset", "fp8-tiny", "--layout", "single", "--poison",
-                    "model.layers.0.mlp.down_proj.weight_scale_inv:inf"},
+                   SingleFile("fp8-tiny", {"model.layers.0.mlp.down_proj.weight_scale_inv:inf"}),
                    "NaN"},
         PoisonCase{"fp8_mean",
-                   {"--preset", "fp8-tiny", "--layout", "single", "--poison",
-                    "model.layers.0.self_attn.o_proj.weight:mean"},
+                   SingleFile("fp8-tiny", {"model.layers.0.self_attn.o_proj.weight:mean"}),
                    "beyond +-100"}),
     [](const auto& info) { return info.param.name; });
 
 TEST_F(ViewRefusalTest, RewrittenSingleFileModelIsCheckedAgainNotJudgedByTheOldVerdict) {
   SetWatchdog(180s);
-  const std::vector<std::string> clean = {"--preset", "quant-tiny", "--layout", "single"};
-  std::vector<std::string> poisoned = clean;
-  poisoned.insert(poisoned.end(), {"--poison", "model.layers.0.mlp.up_proj.weight:nan"});
+  const std::vector<std::string> clean = SingleFile("quant-tiny", {});
+  const std::vector<std::string> poisoned =
+      SingleFile("quant-tiny", {"model.layers.0.mlp.up_proj.weight:nan"});
   ASSERT_NO_FATAL_FAILURE(MakeModel("p", poisoned));
   ASSERT_NO_FATAL_FAILURE(MountViews());
   EXPECT_EQ(OpenErrno("p.q4k.apr"), EIO);
@@ -179,7 +172,7 @@ TEST_F(ViewRefusalTest, Int4DensityRuleRefusesOnlyTheInt4ViewOfASingleFileModel)
   SetWatchdog(180s);
   ASSERT_NO_FATAL_FAILURE(MakeModel("z", {"--preset", "quant-tiny", "--layout", "single",
                                           "--zero-tensor", "model.layers.0.mlp.up_proj.weight"}));
-  PrepareAllViews("z");
+  PrepareReferences(EveryQuantizedView({"z"}));
   ASSERT_TRUE(Reference("z", "int4").refused()) << Reference("z", "int4").message;
   ASSERT_NO_FATAL_FAILURE(MountViews({"--views", "all"}));
   EXPECT_EQ(OpenErrno("z.int4.apr"), EIO);
@@ -205,7 +198,7 @@ TEST_F(ViewRefusalTest, ShardedModelIsNotValueCheckedAndItsPoisonReachesTheEncod
             "--poison", "model.layers.1.mlp.down_proj.weight:inf", "--poison",
             "model.layers.0.self_attn.k_proj.weight:mean", "--zero-tensor",
             "model.layers.0.mlp.up_proj.weight", "--zero-lm-head"}));
-  PrepareAllViews("h");
+  PrepareReferences(EveryQuantizedView({"h"}));
   ASSERT_NO_FATAL_FAILURE(MountViews({"--views", "all"}));
   for (const std::string& view : kQuantizedViews) {
     SCOPED_TRACE(view);
@@ -219,7 +212,7 @@ TEST_F(ViewRefusalTest, ShardedModelIsNotValueCheckedAndItsPoisonReachesTheEncod
 TEST_F(ViewRefusalTest, ModelWithIntegerTensorsHasNoQuantizedViewsButItsApr) {
   SetWatchdog(120s);
   ASSERT_NO_FATAL_FAILURE(MakeModel("e", {"--preset", "edge"}));
-  PrepareAllViews("e");
+  PrepareReferences(EveryQuantizedView({"e"}));
   ASSERT_NO_FATAL_FAILURE(MountViews({"--views", "all"}));
   EXPECT_EQ(ListDir(mountpoint()), std::vector<std::string>{"e.apr"});
   for (const std::string& view : kQuantizedViews) {
@@ -287,7 +280,7 @@ TEST_F(ViewRefusalTest, ZeroLmHeadOfASingleFileModelIsTiedAndCatJustWorks) {
   SetWatchdog(180s);
   ASSERT_NO_FATAL_FAILURE(
       MakeModel("zh", {"--preset", "quant-tiny", "--layout", "single", "--zero-lm-head"}));
-  PrepareAllViews("zh");
+  PrepareReferences(EveryQuantizedView({"zh"}));
   const std::string want = ExpectedBytes("zh", "q4k");
   ASSERT_NO_FATAL_FAILURE(MountViews({"--views", "all"}));
   struct stat before, after;
