@@ -267,6 +267,13 @@ TEST_F(ViewRefusalTest, Fp8WeightWithoutItsScalesRejectsTheWholeModelNamingTenso
   for (const char* model : {"noscale", "badshape"}) {
     for (const char* view : {"apr", "q4k", "f16"}) ExpectNotFound(ViewFileName(model, view));
   }
+  nlohmann::json status = Status();
+  for (const nlohmann::json& model : status["models"]) {
+    const std::string path = model["names"].empty() ? "" : model["names"][0].get<std::string>();
+    if (!rules.count(path)) continue;
+    EXPECT_EQ(model.value("state", ""), "error") << model.dump(2);
+    EXPECT_EQ(model.value("error", ""), by_path[path].value("error", "")) << "status and ls agree";
+  }
   // The reference writer refuses such models too.
   for (const char* model : {"noscale", "badshape"}) {
     ViewReference ref = RunReferenceWriter(Model(model), model, "q4k", work_dir() + "/ref.apr");
