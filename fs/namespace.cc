@@ -203,8 +203,11 @@ std::optional<std::vector<Namespace::Entry>> Namespace::List(uint64_t inode) {
     // The .apr's name is the model's; its views are named after the model's name too.
     std::string model_name = name.substr(0, name.size() - 4);
     for (ViewKind view : catalog_.options().listed_views) {
+      const std::string file_name = ViewFileName(model_name, view);
+      // A model of that very name owns it (Resolve tries the plain reading first): listed once.
+      if (view != ViewKind::kApr && files->count(file_name)) continue;
       if (std::shared_ptr<VirtualFile> file = model->views->Get(view)) {
-        entries.push_back({ViewFileName(model_name, view), FileAttr(*model, view, *file)});
+        entries.push_back({file_name, FileAttr(*model, view, *file)});
       }
     }
   }
