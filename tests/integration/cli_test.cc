@@ -48,7 +48,7 @@ TEST_F(MountTest, BackgroundMountIsUsableWhenItReturnsAndUmountUnmounts) {
   EXPECT_TRUE(S_ISREG(st.st_mode));
   EXPECT_GT(st.st_size, 0);
   EXPECT_TRUE(IsAprfsMounted(mountpoint()));
-  EXPECT_EQ(ListDir(mountpoint()), std::vector<std::string>{"bg.apr"});
+  EXPECT_EQ(ListDir(mountpoint()), (std::vector<std::string>{"bg.apr", "bg.q4k.apr"}));
   std::vector<pid_t> daemons = FindDaemonPids(mountpoint());
   ASSERT_EQ(daemons.size(), 1u) << "want exactly one background daemon for " << mountpoint();
   const pid_t daemon = daemons[0];
@@ -81,7 +81,7 @@ TEST_F(MountTest, RepeatedSourceOptionsBeforeTheMountpointTakeOneFolderEach) {
                 "--source", root() + "/second"},
                30s);
   ASSERT_EQ(mount.exit_code, 0) << mount.Describe();
-  EXPECT_EQ(ListDir(mountpoint()), (std::vector<std::string>{"alpha.apr", "beta.apr"}));
+  EXPECT_EQ(ListDir(mountpoint()), (std::vector<std::string>{"alpha.apr", "alpha.q4k.apr", "beta.apr", "beta.q4k.apr"}));
   EXPECT_EQ(RunAprfs({"umount", mountpoint()}, 30s).exit_code, 0);
 }
 

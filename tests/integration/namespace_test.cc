@@ -71,10 +71,12 @@ TEST_F(HfCacheTest, ReposShowUnderShortAndOrgNamesAndSharedNamesOnlyUnderOrgs) {
   ASSERT_NO_FATAL_FAILURE(Mount({"--hf-cache", cache()}));
 
   EXPECT_EQ(ListDir(mountpoint()),
-            (std::vector<std::string>{"acme", "other", "py-tiny.apr", "pyorg", "uniq-model.apr"}));
-  EXPECT_EQ(ListDir(MP("acme")), (std::vector<std::string>{"dup.apr", "uniq-model.apr"}));
-  EXPECT_EQ(ListDir(MP("other")), (std::vector<std::string>{"dup.apr"}));
-  EXPECT_EQ(ListDir(MP("pyorg")), (std::vector<std::string>{"py-tiny.apr"}));
+            (std::vector<std::string>{"acme", "other", "py-tiny.apr", "py-tiny.q4k.apr", "pyorg",
+                                      "uniq-model.apr", "uniq-model.q4k.apr"}));
+  EXPECT_EQ(ListDir(MP("acme")), (std::vector<std::string>{"dup.apr", "dup.q4k.apr", "uniq-model.apr",
+                                                       "uniq-model.q4k.apr"}));
+  EXPECT_EQ(ListDir(MP("other")), (std::vector<std::string>{"dup.apr", "dup.q4k.apr"}));
+  EXPECT_EQ(ListDir(MP("pyorg")), (std::vector<std::string>{"py-tiny.apr", "py-tiny.q4k.apr"}));
   struct stat st;
   EXPECT_NE(stat(MP("dup.apr").c_str(), &st), 0) << "a shared short name must not be shown";
   EXPECT_EQ(errno, ENOENT);
@@ -167,7 +169,7 @@ TEST_F(HfCacheTest, FilesAreRegularReadOnlyAndCannotBeWritten) {
   std::string after;
   ASSERT_TRUE(ReadWholeFile(file, &after, &error)) << error;
   EXPECT_EQ(FirstDifference(before, after), std::nullopt) << "content changed";
-  EXPECT_EQ(ListDir(mountpoint()), (std::vector<std::string>{"acme", "ro-model.apr"}));
+  EXPECT_EQ(ListDir(mountpoint()), (std::vector<std::string>{"acme", "ro-model.apr", "ro-model.q4k.apr"}));
   EXPECT_TRUE(DaemonAlive()) << DaemonState();
 }
 
@@ -183,7 +185,8 @@ TEST_F(HfCacheTest, SourceFolderWinsShortNameAndModelFolderAsSource) {
   ASSERT_NO_FATAL_FAILURE(Mount(
       {"--hf-cache", cache(), "--source", models_dir(), "--source", work_dir() + "/direct-model"}));
   EXPECT_EQ(ListDir(mountpoint()),
-            (std::vector<std::string>{"acme", "direct-model.apr", "shared.apr"}));
+            (std::vector<std::string>{"acme", "direct-model.apr", "direct-model.q4k.apr",
+                                      "shared.apr", "shared.q4k.apr"}));
   std::map<std::string, const tw::TestModel*> by_path = {
       {"shared.apr", &local}, {"acme/shared.apr", &hub}, {"direct-model.apr", &direct}};
   for (const auto& [path, model] : by_path) {
@@ -243,7 +246,8 @@ TEST_F(MountTest, ModelsAddedOrRemovedWhileMountedAppearAndDisappear) {
   tw::WriteModel(Model("keep"), keep);
   tw::WriteModel(Model("going"), going);
   ASSERT_NO_FATAL_FAILURE(MountModels());
-  EXPECT_EQ(ListDir(mountpoint()), (std::vector<std::string>{"going.apr", "keep.apr"}));
+  EXPECT_EQ(ListDir(mountpoint()), (std::vector<std::string>{"going.apr", "going.q4k.apr", "keep.apr",
+                                                               "keep.q4k.apr"}));
   Fd going_handle(MP("going.apr"), O_RDONLY | O_DIRECT);
   ASSERT_TRUE(going_handle.ok());
   AprLayout going_layout = ParseAprFile(MP("going.apr"));
@@ -252,7 +256,8 @@ TEST_F(MountTest, ModelsAddedOrRemovedWhileMountedAppearAndDisappear) {
   tw::WriteModel(Model(odd_name), added);
   fs::remove_all(Model("going"));
   auto deadline = std::chrono::steady_clock::now() + 30s;
-  std::vector<std::string> want = {odd_name + ".apr", "keep.apr"};
+  std::vector<std::string> want = {odd_name + ".apr", odd_name + ".q4k.apr", "keep.apr",
+                                   "keep.q4k.apr"};
   while (ListDir(mountpoint()) != want && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(100ms);
   }
@@ -284,9 +289,11 @@ TEST_F(HfCacheTest, LargeListingHasEveryModelExactlyOnce) {
     m.shards = {{tw::MakeTensor("w", "F32", {static_cast<uint64_t>(i + 1)}, i)}};
     tw::WriteModel(Model(name), m);
     want.push_back(std::string(name) + ".apr");
+    want.push_back(std::string(name) + ".q4k.apr");  // listed by default
   }
   AddRepo("gpt2", kCommitA, tw::LlamaLikeModel(1, 1, true, 93));
   want.push_back("gpt2.apr");
+  want.push_back("gpt2.q4k.apr");
   std::sort(want.begin(), want.end());
   ASSERT_NO_FATAL_FAILURE(Mount({"--hf-cache", cache(), "--source", models_dir()}));
   std::vector<std::string> got;
@@ -321,8 +328,8 @@ TEST_F(HfCacheTest, ReposWithBrokenRefsAreHiddenAndReported) {
   AddRepo("acme/badref", kCommitC, tw::LlamaLikeModel(1, 1, true, 96));
   tw::WriteFile(cache() + "/models--acme--badref/refs/main", std::string(40, 'd'));
   ASSERT_NO_FATAL_FAILURE(Mount({"--hf-cache", cache()}));
-  EXPECT_EQ(ListDir(mountpoint()), (std::vector<std::string>{"acme", "good.apr"}));
-  EXPECT_EQ(ListDir(MP("acme")), (std::vector<std::string>{"good.apr"}));
+  EXPECT_EQ(ListDir(mountpoint()), (std::vector<std::string>{"acme", "good.apr", "good.q4k.apr"}));
+  EXPECT_EQ(ListDir(MP("acme")), (std::vector<std::string>{"good.apr", "good.q4k.apr"}));
   std::string bytes, error;
   ASSERT_TRUE(ReadWholeFile(MP("acme/good.apr"), &bytes, &error)) << error;
   ExpectTensorBytes(ParseAprBytes(bytes), ExpectedOf(good), bytes, "read()");
@@ -355,7 +362,7 @@ TEST_F(HfCacheTest, OrgFolderOfOnlyBrokenReposIsNeitherListedNorReachable) {
       cache() + "/models--badorg--broken/snapshots/" + kCommitB + "/" + bad.ShardNames()[0];
   ASSERT_EQ(truncate(fs::canonical(shard).c_str(), 100), 0);
   ASSERT_NO_FATAL_FAILURE(Mount({"--hf-cache", cache()}));
-  EXPECT_EQ(ListDir(mountpoint()), (std::vector<std::string>{"fine.apr", "goodorg"}));
+  EXPECT_EQ(ListDir(mountpoint()), (std::vector<std::string>{"fine.apr", "fine.q4k.apr", "goodorg"}));
   struct stat st;
   errno = 0;
   EXPECT_NE(stat(MP("badorg").c_str(), &st), 0) << "'badorg' is not listed but can be looked up (a "

@@ -125,7 +125,7 @@ TEST_P(ModelShapeTest, EveryTensorMatchesTheSourceThroughReadPreadAndMmap) {
   const ShapeCase& c = GetParam();
   tw::TestModel model = WriteShapeModel(Model(c.name), c);
   ASSERT_NO_FATAL_FAILURE(MountModels());
-  EXPECT_EQ(ListDir(mountpoint()), std::vector<std::string>{c.name + ".apr"});
+  EXPECT_EQ(ListDir(mountpoint()), (std::vector<std::string>{c.name + ".apr", c.name + ".q4k.apr"}));
   VerifyMountedModel(MP(c.name + ".apr"), Model(c.name), ExpectedOf(model, c.synthesized_lm_head));
   EXPECT_TRUE(DaemonAlive()) << DaemonState();
 }
@@ -145,7 +145,8 @@ TEST_F(MountTest, SeveralModelsInOneMountEachServeTheirOwnBytes) {
   for (const auto& [name, model] : models) tw::WriteModel(Model(name), model);
   ASSERT_NO_FATAL_FAILURE(MountModels());
   EXPECT_EQ(ListDir(mountpoint()),
-            (std::vector<std::string>{"alpha.apr", "beta.apr", "gamma.apr"}));
+            (std::vector<std::string>{"alpha.apr", "alpha.q4k.apr", "beta.apr", "beta.q4k.apr",
+                                      "gamma.apr", "gamma.q4k.apr"}));
   for (const auto& [name, model] : models) {
     SCOPED_TRACE(name);
     std::string bytes, error;

@@ -141,7 +141,9 @@ TEST_F(MountTest, MalformedModelsAreHiddenReportedAndGoodOnesKeepWorking) {
   };
 
   ASSERT_NO_FATAL_FAILURE(MountModels());
-  EXPECT_EQ(ListDir(mountpoint()), (std::vector<std::string>{"good-a.apr", "good-b.apr"}));
+  EXPECT_EQ(ListDir(mountpoint()),
+            (std::vector<std::string>{"good-a.apr", "good-a.q4k.apr", "good-b.apr"}))
+      << "good-b holds a U8 tensor: no q4k view";
   for (const BadCase& c : bad) {
     struct stat st;
     errno = 0;

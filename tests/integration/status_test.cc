@@ -237,7 +237,7 @@ TEST_F(StatusTest, ControlFolderIsHiddenReadOnlyAndFreshAtEveryOpen) {
   tw::WriteModel(Model("alpha"), tw::LlamaLikeModel(1, 1, true, 411));
   ASSERT_NO_FATAL_FAILURE(MountModels());
 
-  EXPECT_EQ(ListDir(mountpoint()), std::vector<std::string>{"alpha.apr"})
+  EXPECT_EQ(ListDir(mountpoint()), (std::vector<std::string>{"alpha.apr", "alpha.q4k.apr"}))
       << ".aprfs must not be listed";
   EXPECT_EQ(ListDir(MP(".aprfs")), (std::vector<std::string>{"metrics", "status.json"}));
   ProcResult ls = RunCommand({"ls", "-a", mountpoint()}, 30s);
@@ -313,6 +313,12 @@ TEST_F(StatusTest, XattrsOfAModelShowItsFigures) {
                        {"user.aprfs.cached_bytes", std::to_string(shard_bytes)},
                        {"user.aprfs.bytes_read", "1000"},
                        {"user.aprfs.bytes_fetched", "0"},
+                       // The plain view of a BF16 model: nothing is computed.
+                       {"user.aprfs.view", "apr"},
+                       {"user.aprfs.bytes_computed", "0"},
+                       {"user.aprfs.encode_mb_per_s", "0.0"},
+                       {"user.aprfs.cache_hits", "0"},
+                       {"user.aprfs.cache_misses", "0"},
                    }));
   // Values are read at each call, not cached by the kernel.
   ASSERT_EQ(DirectRead(path, 0, 512), 512);
@@ -530,8 +536,13 @@ TEST_F(StatusTest, StatusCommandPrintsTablesAndJsonAndRefusesOtherFolders) {
   EXPECT_EQ(Entry(parsed, "alpha.apr").value("bytes_read", uint64_t{0}), 2048u);
 
   // Without a mountpoint: every aprfs mount of the machine, ours among them.
+  // Another test's daemon may be gone (killed on purpose) while this runs: that mount is
+  // reported and the exit code says so, but ours must be there either way.
   ProcResult all = RunAprfs({"status"}, 30s);
-  EXPECT_EQ(all.exit_code, 0) << all.Describe();
+  if (all.exit_code != 0) {
+    EXPECT_EQ(all.exit_code, 1) << all.Describe();
+    EXPECT_EQ(all.err.find(mountpoint()), std::string::npos) << all.Describe();
+  }
   EXPECT_NE(all.out.find(" at " + mountpoint() + " "), std::string::npos) << all.Describe();
   ProcResult all_json = RunAprfs({"status", "--json"}, 30s);
   json list = json::parse(all_json.out, nullptr, false);

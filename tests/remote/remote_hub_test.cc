@@ -173,7 +173,7 @@ TEST_F(RemoteHubTest, ConfigFileNamesReposLikeTheCommandLine) {
                         .dump());
   AprfsMount* mount = Mount("mnt", {"--config", config}, Env(hub.endpoint()));
   ASSERT_NE(mount, nullptr);
-  EXPECT_EQ(ListDir(mount->mountpoint()), (std::vector<std::string>{"org", "tiny.apr"}));
+  EXPECT_EQ(ListDir(mount->mountpoint()), (std::vector<std::string>{"org", "tiny.apr", "tiny.q4k.apr"}));
   ProcResult check = RunAprcheck(mount->Path("org/tiny.apr"), tiny.dir);
   EXPECT_EQ(check.exit_code, 0) << check.Describe();
   Unmount(mount);

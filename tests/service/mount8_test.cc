@@ -33,7 +33,8 @@ TEST_F(ServiceTest, MountTypeFuseAprfsWithAFolderAsSource) {
   EXPECT_EQ(details->options.rfind("ro", 0), 0u) << "not read-only: " << details->options;
   EXPECT_NE(details->super_options.find("allow_other"), std::string::npos)
       << details->super_options;
-  EXPECT_EQ(ListDir(mountpoint()), std::vector<std::string>{"alpha.apr"});
+  EXPECT_EQ(ListDir(mountpoint()), (std::vector<std::string>{"alpha.apr", "alpha.q4k.apr"}))
+      << "the default views";
   ExpectModelReads(MP("alpha.apr"), expected);
   EXPECT_EQ(FindDaemons(mountpoint()).size(), 1u);
   ExpectUmountEndsIt(mountpoint());
@@ -47,13 +48,15 @@ TEST_F(ServiceTest, MountTypeFuseAprfsWithEverythingInTheOptions) {
   ProcResult r = RunCommand(
       {"mount", "-t", "fuse.aprfs", "aprfs", mountpoint(), "-o",
        "source=" + root() + "/one,source=" + root() + "/two,no_hf_cache,ro,noatime,"
-       "comment=models,x-systemd.idle-timeout=60,log_level=debug,log_file=" + root() + "/m.log"},
+       "comment=models,x-systemd.idle-timeout=60,views=apr+f16,no_view_cache,log_level=debug,"
+       "log_file=" + root() + "/m.log"},
       60s);
   ASSERT_EQ(r.exit_code, 0) << r.Describe() << SlurpOrEmpty(root() + "/m.log");
   std::optional<MountDetails> details = ReadMountDetails(mountpoint());
   ASSERT_TRUE(details.has_value());
   EXPECT_EQ(details->source, "aprfs");
-  EXPECT_EQ(ListDir(mountpoint()), (std::vector<std::string>{"first.apr", "second.apr"}));
+  EXPECT_EQ(ListDir(mountpoint()), (std::vector<std::string>{"first.apr", "first.f16.apr", "second.apr",
+                                                               "second.f16.apr"}));
   ExpectModelReads(MP("first.apr"), first);
   ExpectModelReads(MP("second.apr"), second);
   // log_level and log_file reached the daemon.
@@ -118,7 +121,7 @@ TEST_F(ServiceTest, AprfsMountTakesTheOptionsAsDashOToo) {
   ExpectedTensors expected = WriteSmallModel(models_dir(), "dash", 16);
   AdoptMount(mountpoint());
   ProcResult r = RunAprfs({"mount", mountpoint(), "-o",
-                           "source=" + models_dir() + ",no_hf_cache,_netdev,allow_other"},
+                           "source=" + models_dir() + ",no_hf_cache,_netdev,allow_other,views=apr"},
                           60s);
   ASSERT_EQ(r.exit_code, 0) << r.Describe();
   EXPECT_EQ(ListDir(mountpoint()), std::vector<std::string>{"dash.apr"});
