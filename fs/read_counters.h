@@ -17,10 +17,11 @@ struct ReadCounters {
   std::atomic<uint64_t> source_bytes_encoded{0};
   std::atomic<uint64_t> encode_ns{0};
   // The computed-chunk cache: chunks served from it, chunks computed for lack of it, bytes
-  // stored into it.
+  // stored into it, bytes computed and still waiting for the background writer.
   std::atomic<uint64_t> cache_hits{0};
   std::atomic<uint64_t> cache_misses{0};
   std::atomic<uint64_t> cache_stored_bytes{0};
+  std::atomic<uint64_t> cache_pending_bytes{0};
 };
 
 }  // namespace aprfs

@@ -54,6 +54,7 @@ json ViewJson(const ViewStatus& view) {
           {"cache_hits", view.cache_hits},
           {"cache_misses", view.cache_misses},
           {"cache_stored_bytes", view.cache_stored_bytes},
+          {"cache_pending_bytes", view.cache_pending_bytes},
           {"cached_bytes", OrNull(view.cached_bytes)}};
 }
 
@@ -283,6 +284,9 @@ std::string RenderMetrics(const MountStatus& status) {
   w.PerView(status, "aprfs_view_cache_misses_total", "counter",
             "Computed chunks computed because the cache did not have them.",
             [](const ViewStatus& v) { return std::optional<double>(v.cache_misses); });
+  w.PerView(status, "aprfs_view_cache_pending_bytes", "gauge",
+            "Computed bytes waiting to be stored in the cache.",
+            [](const ViewStatus& v) { return std::optional<double>(v.cache_pending_bytes); });
   w.PerView(status, "aprfs_view_cached_bytes", "gauge", "Computed bytes held in the cache.",
             [](const ViewStatus& v) {
               return v.cached_bytes ? std::optional<double>(*v.cached_bytes) : std::nullopt;

@@ -95,6 +95,7 @@ ViewStatus CollectView(const ModelRef& ref, const BuiltModel* built, ViewKind vi
     status.cache_hits = counters->cache_hits.load();
     status.cache_misses = counters->cache_misses.load();
     status.cache_stored_bytes = counters->cache_stored_bytes.load();
+    status.cache_pending_bytes = counters->cache_pending_bytes.load();
   }
   status.state = "not-planned";
   if (!built || !built->views) return status;

@@ -41,6 +41,7 @@ struct ViewStatus {
   uint64_t cache_hits = 0;            // computed chunks served from the cache
   uint64_t cache_misses = 0;          // computed chunks that had to be computed
   uint64_t cache_stored_bytes = 0;
+  uint64_t cache_pending_bytes = 0;   // computed, queued to be stored
   std::optional<uint64_t> cached_bytes;  // computed bytes in the cache now
 
   // Source bytes consumed per second of encoding (0 before any).

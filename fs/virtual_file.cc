@@ -63,8 +63,8 @@ int VirtualFile::Prepare() {
 int VirtualFile::RunPiece(const Piece& piece) {
   const AprDataExtent& extent = *piece.extent;
   if (extent.codec == kVerbatim) {
-    return sources_[extent.source]->Read(extent.source_offset + piece.begin, piece.end - piece.begin,
-                                         piece.dst);
+    return sources_[extent.source]->ReadKeepingCache(extent.source_offset + piece.begin,
+                                                     piece.end - piece.begin, piece.dst);
   }
   const uint64_t started = NowNs();
   const TensorCodec& codec = plan_.codecs[extent.codec];
@@ -193,17 +193,32 @@ int VirtualFile::ReadBody(uint64_t offset, size_t length, char* dst) {
                   std::strerror(error));
     return error;
   }
-  // The computed pieces left their sources' pages cached (neighbouring pieces share folios);
-  // they are let go once the whole range is done.
+  // The pieces left their sources' pages cached (neighbouring pieces share folios, and the
+  // kernel read ahead of each): they are let go once the whole range is done, in source ranges
+  // merged across pieces, so no piece's readahead lands after its neighbour's drop.
+  uint32_t source = 0;
+  uint64_t from = 0, to = 0;
   for (const Piece& piece : pieces) {
     const AprDataExtent& extent = *piece.extent;
-    if (extent.codec == kVerbatim) continue;
-    const TensorCodec& codec = plan_.codecs[extent.codec];
-    const ElementRange range = UnitsSource(codec, piece.first_unit, piece.end_unit);
-    const uint64_t element_bytes = SourceElementBytes(codec.from);
-    sources_[extent.source]->DropCached(extent.source_offset + range.first * element_bytes,
-                                        range.count * element_bytes);
+    uint64_t begin = extent.source_offset + piece.begin, stop = extent.source_offset + piece.end;
+    if (extent.codec != kVerbatim) {
+      const TensorCodec& codec = plan_.codecs[extent.codec];
+      const ElementRange range = UnitsSource(codec, piece.first_unit, piece.end_unit);
+      const uint64_t element_bytes = SourceElementBytes(codec.from);
+      begin = extent.source_offset + range.first * element_bytes;
+      stop = begin + range.count * element_bytes;
+    }
+    if (to > from && (extent.source != source || begin > to || begin < from)) {
+      sources_[source]->DropCached(from, to - from);
+      from = to = 0;
+    }
+    if (to == from) {
+      source = extent.source;
+      from = begin;
+    }
+    to = std::max(to, stop);
   }
+  if (to > from) sources_[source]->DropCached(from, to - from);
   return 0;
 }
 
@@ -235,7 +250,10 @@ int VirtualFile::ReadChunk(uint64_t chunk, uint64_t offset, size_t length, char*
   {
     std::lock_guard lock(flights.mu);
     flights.computing.erase(chunk);
-    if (store_it) flights.unstored[chunk] = bytes;
+    if (store_it) {
+      flights.unstored[chunk] = bytes;
+      counters_->cache_pending_bytes += bytes->size();
+    }
     flights.done.notify_all();
   }
   if (err) return err;
@@ -251,6 +269,7 @@ int VirtualFile::ReadChunk(uint64_t chunk, uint64_t offset, size_t length, char*
                                   shared->unstored.erase(chunk);
                                   return size;
                                 }();
+                                counters->cache_pending_bytes -= length;
                                 if (stored) counters->cache_stored_bytes += length;
                               }});
   }

@@ -306,14 +306,38 @@ void ViewTest::UnmountCleanly() {
   EXPECT_TRUE(Unmount(&problem)) << problem;
 }
 
-nlohmann::json ViewTest::Status() {
-  const std::string text = SlurpOrEmpty(MP(".aprfs/status.json"));
-  nlohmann::json status = nlohmann::json::parse(text, nullptr, false);
-  if (status.is_discarded() || !status.is_object()) {
-    ADD_FAILURE() << "status.json is not a JSON object:\n" << text;
-    return nlohmann::json::object();
+namespace {
+
+// Bytes some view computed and the background writer has not stored yet.
+uint64_t PendingBytes(const nlohmann::json& status) {
+  uint64_t pending = 0;
+  for (const nlohmann::json& model : status.value("models", nlohmann::json::array())) {
+    for (const nlohmann::json& view : model.value("views", nlohmann::json::array())) {
+      pending += view.value("cache_pending_bytes", uint64_t{0});
+    }
   }
-  return status;
+  return pending;
+}
+
+}  // namespace
+
+nlohmann::json ViewTest::Status() {
+  // Computed chunks are stored in the background: figures are compared once they settled.
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  while (true) {
+    const std::string text = SlurpOrEmpty(MP(".aprfs/status.json"));
+    nlohmann::json status = nlohmann::json::parse(text, nullptr, false);
+    if (status.is_discarded() || !status.is_object()) {
+      ADD_FAILURE() << "status.json is not a JSON object:\n" << text;
+      return nlohmann::json::object();
+    }
+    if (PendingBytes(status) == 0) return status;
+    if (std::chrono::steady_clock::now() > deadline) {
+      ADD_FAILURE() << "computed chunks still not stored after 60 s:\n" << status.dump(2);
+      return status;
+    }
+    std::this_thread::sleep_for(20ms);
+  }
 }
 
 nlohmann::json ViewTest::ViewStatus(const std::string& model, const std::string& view) {
