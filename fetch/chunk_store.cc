@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <boost/interprocess/sync/scoped_lock.hpp>
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -233,7 +234,32 @@ int ChunkStore::Read(uint64_t offset, size_t length, char* dst) {
     Touch(chunk);
   }
   DropServedRange(data_fd_, offset, length, size_);
+  ReadAhead(offset, offset + length);
   return 0;
+}
+
+// The data file has no kernel readahead (pages read ahead and never served would stay cached
+// beside the reader's copy), so a sequential reader of a cold store would wait for the disk at
+// every request: its next bytes, up to the window, within present chunks, are asked for here,
+// once each. Served, they are dropped like the rest.
+void ChunkStore::ReadAhead(uint64_t offset, uint64_t end) {
+  constexpr uint64_t kWindow = 8 << 20, kSlack = 2 << 20;
+  const uint64_t previous = last_read_end_.exchange(end);
+  const bool sequential = offset + kSlack >= previous && offset <= previous + kSlack;
+  if (!sequential) return;
+  const uint64_t want = std::min(size_, end + kWindow);
+  const uint64_t advised = read_ahead_end_.load();
+  uint64_t from = advised > end && advised <= want ? advised : end;  // else another pass
+  if (from >= want) return;
+  uint64_t to = from;
+  for (uint64_t chunk = ChunkOf(from); to < want && chunk < chunk_count_; ++chunk) {
+    if (!(Word(chunk).load(std::memory_order_acquire) & kPresent)) break;
+    to = std::min(want, ChunkBegin(chunk) + ChunkLength(chunk));
+  }
+  if (to <= from) return;
+  read_ahead_end_ = to;
+  ::posix_fadvise(data_fd_, static_cast<off_t>(from), static_cast<off_t>(to - from),
+                  POSIX_FADV_WILLNEED);
 }
 
 std::unique_ptr<ChunkStore::Claim> ChunkStore::TryClaimOn(int fd, uint64_t chunk) {

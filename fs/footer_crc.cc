@@ -20,27 +20,65 @@ uint64_t FooterCrc::BlockLength(size_t index) const {
 }
 
 void FooterCrc::Extend(size_t index, uint64_t start_in_block, std::string_view bytes) {
-  uint32_t covered, crc;
-  {
+  uint64_t start = start_in_block;
+  while (!bytes.empty()) {
+    const uint32_t crc = Crc32(bytes);  // outside the lock: this is the costly part
     std::lock_guard lock(mu_);
-    if (result_) return;
-    covered = blocks_[index].covered;
-    crc = blocks_[index].crc;
+    if (result_) return;  // finished meanwhile: the blocks are gone
+    Block& block = blocks_[index];
+    if (start < block.covered) {  // the prefix grew over part of it: the rest, again
+      if (start + bytes.size() <= block.covered) return;
+      bytes.remove_prefix(block.covered - start);
+      start = block.covered;
+      continue;
+    }
+    const Piece piece{static_cast<uint32_t>(start), static_cast<uint32_t>(bytes.size()), crc};
+    if (start == block.covered) {
+      block.crc = Crc32Combine(block.crc, piece.crc, piece.length);
+      block.covered += piece.length;
+      Absorb(block);
+    } else {
+      Remember(block, piece);
+    }
+    if (block.covered == BlockLength(index)) {
+      block.ahead.clear();
+      block.ahead.shrink_to_fit();
+      ++complete_blocks_;
+      FinishIfComplete();
+    }
+    return;
   }
-  // Use the part of `bytes` that continues the block's prefix, if any.
-  if (start_in_block > covered || start_in_block + bytes.size() <= covered) return;
-  std::string_view fresh = bytes.substr(covered - start_in_block);
-  uint32_t extended = Crc32(fresh, crc);  // outside the lock: this is the costly part
-  std::lock_guard lock(mu_);
-  if (result_) return;  // finished meanwhile: the blocks are gone
-  Block& block = blocks_[index];
-  if (block.covered != covered) return;  // somebody extended it meanwhile
-  block.covered = covered + static_cast<uint32_t>(fresh.size());
-  block.crc = extended;
-  if (block.covered == BlockLength(index)) {
-    ++complete_blocks_;
-    FinishIfComplete();
+}
+
+void FooterCrc::Remember(Block& block, Piece piece) {
+  auto at = std::lower_bound(block.ahead.begin(), block.ahead.end(), piece.start,
+                             [](const Piece& p, uint32_t start) { return p.start < start; });
+  const bool overlaps_next = at != block.ahead.end() && at->start < piece.start + piece.length;
+  const bool overlaps_previous =
+      at != block.ahead.begin() && std::prev(at)->start + std::prev(at)->length > piece.start;
+  if (overlaps_next || overlaps_previous || block.ahead.size() >= kMaxAhead) return;
+  block.ahead.insert(at, piece);
+}
+
+void FooterCrc::Absorb(Block& block) {
+  size_t used = 0;
+  for (; used < block.ahead.size(); ++used) {
+    const Piece& piece = block.ahead[used];
+    if (piece.start + piece.length <= block.covered) continue;  // the prefix passed over it
+    if (piece.start != block.covered) break;  // a gap, or a piece the prefix cut into
+    block.crc = Crc32Combine(block.crc, piece.crc, piece.length);
+    block.covered += piece.length;
   }
+  block.ahead.erase(block.ahead.begin(), block.ahead.begin() + static_cast<std::ptrdiff_t>(used));
+  // A piece the prefix ends inside of cannot be cut: it is forgotten (read again if needed).
+  while (!block.ahead.empty() && block.ahead.front().start < block.covered) {
+    block.ahead.erase(block.ahead.begin());
+  }
+}
+
+uint64_t FooterCrc::GapEnd(size_t index) const {
+  const Block& block = blocks_[index];
+  return block.ahead.empty() ? BlockLength(index) : block.ahead.front().start;
 }
 
 void FooterCrc::FinishIfComplete() {
@@ -76,7 +114,10 @@ uint64_t FooterCrc::ObservedBytes() const {
   std::lock_guard lock(mu_);
   if (result_) return length_;
   uint64_t total = 0;
-  for (const Block& block : blocks_) total += block.covered;
+  for (const Block& block : blocks_) {
+    total += block.covered;
+    for (const Piece& piece : block.ahead) total += piece.length;
+  }
   return total;
 }
 
@@ -92,6 +133,7 @@ int FooterCrc::Compute(const RangeReader& read, const CancelCheck& cancelled, ui
     uint64_t block_length = BlockLength(index);
     for (;;) {
       uint32_t covered;
+      uint64_t gap_end;
       {
         std::lock_guard lock(mu_);
         if (result_) {  // concurrent reads completed every block
@@ -99,10 +141,11 @@ int FooterCrc::Compute(const RangeReader& read, const CancelCheck& cancelled, ui
           return 0;
         }
         covered = blocks_[index].covered;
+        gap_end = GapEnd(index);
       }
       if (covered == block_length) break;
       if (cancelled && cancelled()) return EINTR;
-      size_t take = std::min<uint64_t>(kChunk, block_length - covered);
+      size_t take = std::min<uint64_t>(kChunk, gap_end - covered);  // only what is unknown
       uint64_t offset = index * kBlockSize + covered;
       if (int err = read(offset, take, buffer.get())) return err;
       Extend(index, covered, std::string_view(buffer.get(), take));

@@ -16,9 +16,11 @@ using CancelCheck = std::function<bool()>;
 
 // The APR footer is the CRC32 of every byte before it. Computing it on demand would mean a full
 // pass over the model, so it is built up from the reads that happen anyway: the file is cut into
-// fixed blocks and each block keeps the CRC of its longest prefix read so far. A sequential `cp`
-// therefore reaches the footer with the CRC known; a footer read before that only reads the
-// parts no one has read yet, and the result is kept.
+// fixed blocks and each block keeps the CRC of its longest prefix read so far, plus the CRCs of
+// pieces read out of order (the kernel's readahead hands neighbouring requests to different
+// threads), folded into the prefix once it reaches them (CRCs combine without the bytes). A
+// sequential `cp` therefore reaches the footer with the CRC known; a footer read before that
+// only reads the parts no one has read yet, and the result is kept.
 class FooterCrc {
  public:
   explicit FooterCrc(uint64_t covered_length);
@@ -35,13 +37,26 @@ class FooterCrc {
   static constexpr uint64_t kBlockSize = 4 << 20;
 
  private:
+  struct Piece {
+    uint32_t start = 0;  // in the block
+    uint32_t length = 0;
+    uint32_t crc = 0;
+  };
   struct Block {
     uint32_t covered = 0;  // bytes from the block start whose CRC is in `crc`
     uint32_t crc = 0;
+    std::vector<Piece> ahead;  // beyond the prefix, sorted, disjoint, at most kMaxAhead
   };
+  static constexpr size_t kMaxAhead = 16;
   uint64_t BlockLength(size_t index) const;
-  // Extends block `index` with `bytes` if they start exactly where its prefix ends.
+  // Adds what `bytes` (at `start_in_block` of block `index`) tell that the block did not know.
   void Extend(size_t index, uint64_t start_in_block, std::string_view bytes);
+  // Records a piece beyond the prefix (dropped if it overlaps one, or too many). Requires mu_.
+  static void Remember(Block& block, Piece piece);
+  // Folds the pieces that now continue the prefix into it. Requires mu_.
+  static void Absorb(Block& block);
+  // Where the first unknown byte after the prefix ends (the next piece, or the block's end).
+  uint64_t GapEnd(size_t index) const;
   // Combines the blocks into the result once all are complete. Requires mu_.
   void FinishIfComplete();
 

@@ -156,15 +156,15 @@ TEST(FooterCrc, WholeBlocksInRandomOrderThenComputeReadsOnlyTheMissingBlock) {
   }
 }
 
-TEST(FooterCrc, PartialPrefixesAreNotReadAgain) {
+TEST(FooterCrc, KnownPrefixesAndPiecesAreNotReadAgain) {
   const uint64_t length = 13 * kMiB;
   FooterCrc crc(length);
   crc.Observe(0, Slice(0, kMiB + 5));            // block 0: a prefix
   crc.Observe(kBlock, Slice(kBlock, 3));         // block 1: 3 bytes
   crc.Observe(3 * kBlock, Slice(3 * kBlock, kMiB));  // block 3: all of it
-  // Block 2 untouched; a read in the middle of block 2 cannot extend its (empty) prefix.
+  // A read in the middle of block 2 cannot extend its (empty) prefix: it is kept for later.
   crc.Observe(2 * kBlock + 100, Slice(2 * kBlock + 100, 1000));
-  const uint64_t observed = kMiB + 5 + 3 + kMiB;
+  const uint64_t observed = kMiB + 5 + 3 + kMiB + 1000;
   EXPECT_EQ(crc.ObservedBytes(), observed);
   RecordingReader reader;
   uint32_t value = 0;
@@ -173,7 +173,8 @@ TEST(FooterCrc, PartialPrefixesAreNotReadAgain) {
   EXPECT_EQ(reader.bytes, length - observed);
   // Nothing inside the known prefixes was requested.
   const std::pair<uint64_t, uint64_t> known[] = {
-      {0, kMiB + 5}, {kBlock, kBlock + 3}, {3 * kBlock, 3 * kBlock + kMiB}};
+      {0, kMiB + 5}, {kBlock, kBlock + 3}, {2 * kBlock + 100, 2 * kBlock + 1100},
+      {3 * kBlock, 3 * kBlock + kMiB}};
   for (const auto& [offset, n] : reader.reads) {
     for (const auto& [from, to] : known) {
       EXPECT_TRUE(offset + n <= from || offset >= to)
@@ -217,22 +218,46 @@ TEST(FooterCrc, OverlappingRereads) {
   EXPECT_EQ(crc.ObservedBytes(), 300u);
   crc.Observe(299, Slice(299, 2));
   EXPECT_EQ(crc.ObservedBytes(), 301u);
-  // Across the block boundary while block 0 is incomplete: block 1 still gets its prefix.
+  // Across the block boundary while block 0 is incomplete: block 0 keeps its last 10 bytes as
+  // a piece ahead of its prefix, block 1 gets its prefix.
   crc.Observe(kBlock - 10, Slice(kBlock - 10, 20));
-  EXPECT_EQ(crc.ObservedBytes(), 301u + 10);
+  EXPECT_EQ(crc.ObservedBytes(), 301u + 20);
   crc.Observe(kBlock - 10, Slice(kBlock - 10, 20));
-  EXPECT_EQ(crc.ObservedBytes(), 301u + 10);
+  EXPECT_EQ(crc.ObservedBytes(), 301u + 20);
+  crc.Observe(kBlock - 15, Slice(kBlock - 15, 10));  // overlaps that piece: not kept
+  EXPECT_EQ(crc.ObservedBytes(), 301u + 20);
   crc.Observe(0, Slice(0, kBlock + 5));  // block 0 completes; block 1 already has 10
   EXPECT_EQ(crc.ObservedBytes(), kBlock + 10);
-  // Bytes past the covered length are ignored even when they are garbage.
+  // Bytes past the covered length are ignored even when they are garbage; the 5 valid ones
+  // before them are kept.
   std::string tail = std::string(Slice(length - 5, 5)) + "garbage";
   crc.Observe(length - 5, tail);
   crc.Observe(length + 10, "more garbage");
+  EXPECT_EQ(crc.ObservedBytes(), kBlock + 15);
   RecordingReader reader;
   uint32_t value = 0;
   ASSERT_EQ(crc.Compute(reader.Reader(), {}, &value), 0);
   EXPECT_EQ(value, Reference(length));
-  EXPECT_EQ(reader.bytes, length - (kBlock + 10));
+  EXPECT_EQ(reader.bytes, length - (kBlock + 15));
+}
+
+// Two threads serving the kernel's readahead answer neighbouring requests out of order: the
+// CRC is still known at the end without reading anything again.
+TEST(FooterCrc, RequestsObservedOutOfOrderNeedNoComputeRead) {
+  const uint64_t length = 13 * kMiB + 777;
+  const uint64_t request = 128 * 1024;
+  std::vector<uint64_t> offsets;
+  for (uint64_t at = 0; at < length; at += request) offsets.push_back(at);
+  std::mt19937_64 rng(7);
+  // Shuffled within windows of 8 requests, like readahead handed to several threads.
+  for (size_t at = 0; at < offsets.size(); at += 8) {
+    std::shuffle(offsets.begin() + at, offsets.begin() + std::min(offsets.size(), at + 8), rng);
+  }
+  FooterCrc crc(length);
+  for (uint64_t at : offsets) crc.Observe(at, Slice(at, std::min(request, length - at)));
+  ASSERT_TRUE(crc.Known().has_value());
+  EXPECT_EQ(*crc.Known(), Reference(length));
+  EXPECT_EQ(crc.ObservedBytes(), length);
 }
 
 TEST(FooterCrc, CancellationReturnsEintrAndLaterComputeResumes) {
