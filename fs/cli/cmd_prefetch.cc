@@ -90,8 +90,10 @@ int RunPrefetch(const PrefetchArgs& args) {
               << ": not in an aprfs mount (give a mounted .apr or ORG/NAME)\n";
     return 1;
   }
-  // A computed view: the daemon computes it into its cache as it is read (fetching what it needs).
-  if (target.mounted && target.mounted->view != ViewKind::kApr) {
+  // A computed file (a view, or an .apr with FP8 weights): the daemon computes it into its cache
+  // as it is read (fetching what it needs).
+  if (target.mounted &&
+      (target.mounted->view != ViewKind::kApr || KeepsComputedBytes(*target.mounted))) {
     return PrefetchMountedView(*target.mounted, target.label);
   }
   if (!target.catalog || (target.mounted && !target.mounted->remote()) ||

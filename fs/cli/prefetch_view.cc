@@ -44,6 +44,11 @@ uint64_t Number(const nlohmann::json& object, const char* key) {
 
 }  // namespace
 
+bool KeepsComputedBytes(const MountedModel& mounted) {
+  const nlohmann::json view = ViewStatusOf(mounted);
+  return view.contains("cached_bytes") && !view["cached_bytes"].is_null();
+}
+
 int PrefetchMountedView(const MountedModel& mounted, const std::string& label) {
   int fd = ::open(mounted.apr_path.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
   if (fd < 0) {
@@ -109,7 +114,12 @@ int PrefetchMountedView(const MountedModel& mounted, const std::string& label) {
               << " (the daemon's log says why)\n";
     return 1;
   }
-  const nlohmann::json after = ViewStatusOf(mounted);
+  // The daemon stores computed chunks in the background: the figures once it is done.
+  nlohmann::json after = ViewStatusOf(mounted);
+  for (int wait = 0; wait < 600 && Number(after, "cache_pending_bytes") > 0; ++wait) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    after = ViewStatusOf(mounted);
+  }
   const uint64_t cached = Number(after, "cached_bytes");
   std::cout << label << ": " << HumanBytes(cached) << " of computed bytes cached ("
             << HumanBytes(cached - std::min(cached, cached_before)) << " computed now)\n";

@@ -10,4 +10,7 @@ namespace aprfs {
 // needs). Ctrl-C stops it (130); the next run resumes from the chunks stored. Exit code.
 int PrefetchMountedView(const MountedModel& mounted, const std::string& label);
 
+// True when the mounted file has computed bytes the mount keeps (its status has cached_bytes).
+bool KeepsComputedBytes(const MountedModel& mounted);
+
 }  // namespace aprfs

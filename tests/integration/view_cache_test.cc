@@ -11,6 +11,7 @@
 #include <fstream>
 #include <random>
 #include <thread>
+#include <tuple>
 
 #include "tests/integration/view_fixture.h"
 
@@ -401,6 +402,44 @@ TEST_F(ViewCacheTest, NoViewCacheKeepsNothingOnDiskAndRecomputesEveryByte) {
     EXPECT_FALSE(fs::exists(CacheDir() + "/views")) << "single-file verdicts kept on disk";
     UnmountCleanly();
   }
+}
+
+
+// `aprfs prefetch` of a computed file fills the computed cache through the mount: a view, and a
+// plain .apr whose FP8 weights are dequantized. Reading it afterwards computes nothing; a second
+// prefetch computes nothing either; a plain file with nothing computed has nothing to prefetch.
+TEST_F(ViewCacheTest, PrefetchComputesEveryChunkOnceIntoTheCache) {
+  SetWatchdog(240s);
+  const std::string big = LargeFp8Reference();
+  ASSERT_NO_FATAL_FAILURE(MakeModel("qt", {"--preset", "quant-tiny"}));
+  const std::string q4k = ExpectedBytes("qt", "q4k");
+  ASSERT_NO_FATAL_FAILURE(MountViews());
+
+  for (const auto& [model, view, want] :
+       {std::tuple<std::string, std::string, const std::string*>{"qt", "q4k", &q4k},
+        {"big", "apr", &big}}) {
+    SCOPED_TRACE(model + " " + view);
+    const std::string file = ViewFileName(model, view);
+    ProcResult first = RunAprfs({"prefetch", MP(file)}, 180s);
+    ASSERT_EQ(first.exit_code, 0) << first.Describe();
+    const uint64_t stored = want->size() - 4;  // every chunk; the footer is never stored
+    EXPECT_EQ(ViewFigure(model, view, "cached_bytes"), stored);
+    EXPECT_NE(first.out.find(" of computed bytes cached ("), std::string::npos) << first.Describe();
+    const uint64_t computed = ViewFigure(model, view, "bytes_computed");
+    EXPECT_GT(computed, 0u);
+
+    ExpectDirectBytes(file, *want);
+    ProcResult again = RunAprfs({"prefetch", MP(file)}, 180s);
+    ASSERT_EQ(again.exit_code, 0) << again.Describe();
+    EXPECT_NE(again.out.find("(0 B computed now)"), std::string::npos) << again.Describe();
+    EXPECT_EQ(ViewFigure(model, view, "bytes_computed"), computed) << "nothing computed again";
+    EXPECT_EQ(ViewFigure(model, view, "cached_bytes"), stored);
+  }
+
+  ProcResult plain = RunAprfs({"prefetch", MP("qt.apr")}, 60s);
+  EXPECT_EQ(plain.exit_code, 0) << plain.Describe();
+  EXPECT_NE(plain.out.find("every shard is a local file: nothing to fetch"), std::string::npos)
+      << plain.Describe();
 }
 
 }  // namespace

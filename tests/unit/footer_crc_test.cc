@@ -68,6 +68,13 @@ void ObserveSequentially(FooterCrc& crc, uint64_t length, const std::vector<uint
   }
 }
 
+// 0, step, 2 step... below length.
+std::vector<uint64_t> Offsets(uint64_t length, uint64_t step) {
+  std::vector<uint64_t> offsets;
+  for (uint64_t at = 0; at < length; at += step) offsets.push_back(at);
+  return offsets;
+}
+
 const uint64_t kSizes[] = {0, 1, 4 * kMiB - 1, 4 * kMiB, 4 * kMiB + 1, 13 * kMiB};
 
 class FooterCrcSizes : public ::testing::TestWithParam<uint64_t> {};
@@ -187,8 +194,7 @@ TEST(FooterCrc, KnownPrefixesAndPiecesAreNotReadAgain) {
 TEST(FooterCrc, RandomOrderChunksComputeReadsExactlyWhatIsUnknown) {
   const uint64_t length = 13 * kMiB + 12345;
   const uint64_t chunk = 64 * 1024;
-  std::vector<uint64_t> offsets;
-  for (uint64_t at = 0; at < length; at += chunk) offsets.push_back(at);
+  std::vector<uint64_t> offsets = Offsets(length, chunk);
   std::mt19937_64 rng(42);
   for (int round = 0; round < 3; ++round) {
     std::shuffle(offsets.begin(), offsets.end(), rng);
@@ -246,8 +252,7 @@ TEST(FooterCrc, OverlappingRereads) {
 TEST(FooterCrc, RequestsObservedOutOfOrderNeedNoComputeRead) {
   const uint64_t length = 13 * kMiB + 777;
   const uint64_t request = 128 * 1024;
-  std::vector<uint64_t> offsets;
-  for (uint64_t at = 0; at < length; at += request) offsets.push_back(at);
+  std::vector<uint64_t> offsets = Offsets(length, request);
   std::mt19937_64 rng(7);
   // Shuffled within windows of 8 requests, like readahead handed to several threads.
   for (size_t at = 0; at < offsets.size(); at += 8) {
