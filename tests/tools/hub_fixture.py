@@ -482,11 +482,14 @@ def is_our_nginx(pid, conf):
 
 
 def is_nginx_worker(pid):
+    """An nginx process, or one exiting: its cmdline reads empty from the moment it lets go of
+    its memory until it is a zombie, and it is not gone yet."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().startswith(b"nginx: ")
+            cmd = f.read()
     except OSError:
         return False
+    return cmd.startswith(b"nginx: ") or cmd == b""
 
 
 def nginx_group(pgid):
