@@ -7,10 +7,13 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -28,6 +31,54 @@ std::string ReferenceKey(const std::vector<std::string>& args, const std::string
   std::string key;
   for (const std::string& arg : args) key += arg + '\x1f';
   return key + '\x1e' + name + '\x1e' + view;
+}
+
+uint64_t Fnv1a(std::string_view text, uint64_t hash = 0xcbf29ce484222325ull) {
+  for (unsigned char c : text) hash = (hash ^ c) * 0x100000001b3ull;
+  return hash;
+}
+
+// apr_views.py takes seconds per view, and every test is a process of its own: its answers are
+// also kept on disk, for the other tests of the run and the next runs, under a hash of all they
+// depend on: the key above and the sources of make_model.py and apr_views.py. Only answers
+// (bytes, or a refusal) are kept, never a failure to run.
+std::string ReferenceCachePath(const std::string& key) {
+  static const uint64_t tools = Fnv1a(SlurpOrEmpty(ToolsDir() + "/make_model.py"),
+                                      Fnv1a(SlurpOrEmpty(ToolsDir() + "/apr_views.py")));
+  const char* env = std::getenv("APRFS_VIEW_REFERENCE_CACHE");
+  const std::string dir =
+      env && *env ? env : "/tmp/aprfs-view-references-" + std::to_string(::getuid());
+  char name[40];
+  std::snprintf(name, sizeof name, "%016llx.ref",
+                static_cast<unsigned long long>(Fnv1a(key, tools)));
+  return dir + "/" + name;
+}
+
+// The file: "EXIT_CODE MESSAGE_SIZE\n", the message, the bytes.
+std::optional<ViewReference> LoadCachedReference(const std::string& path) {
+  const std::string text = SlurpOrEmpty(path);
+  const size_t newline = text.find('\n');
+  if (newline == std::string::npos) return std::nullopt;
+  ViewReference ref;
+  size_t message_size = 0;
+  if (std::sscanf(text.c_str(), "%d %zu", &ref.exit_code, &message_size) != 2 ||
+      newline + 1 + message_size > text.size()) {
+    return std::nullopt;
+  }
+  ref.message = text.substr(newline + 1, message_size);
+  ref.bytes = text.substr(newline + 1 + message_size);
+  return ref;
+}
+
+void StoreCachedReference(const std::string& path, const ViewReference& ref) {
+  if (ref.exit_code != 0 && ref.exit_code != 3) return;
+  std::error_code ec;
+  fs::create_directories(fs::path(path).parent_path(), ec);
+  const std::string temp = path + "." + std::to_string(::getpid()) + ".tmp";
+  tw::WriteFile(temp, std::to_string(ref.exit_code) + " " + std::to_string(ref.message.size()) +
+                          "\n" + ref.message + ref.bytes);
+  fs::rename(temp, path, ec);  // atomic: a reader sees the whole file or none
+  if (ec) fs::remove(temp, ec);
 }
 
 }  // namespace
@@ -248,8 +299,14 @@ void ViewTest::PrepareReferences(const std::vector<std::pair<std::string, std::s
   auto work = [&] {
     for (size_t i; (i = next++) < jobs.size();) {
       Job& job = jobs[i];
+      const std::string cached = ReferenceCachePath(job.key);
+      if (std::optional<ViewReference> ref = LoadCachedReference(cached)) {
+        job.result = std::move(*ref);
+        continue;
+      }
       job.result = RunReferenceWriter(Model(job.name), job.name, job.view,
                                work_dir() + "/" + job.name + "." + job.view + ".reference.apr");
+      StoreCachedReference(cached, job.result);
     }
   };
   std::thread helper(work);
