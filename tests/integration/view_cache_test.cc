@@ -238,6 +238,7 @@ TEST_F(ViewCacheTest, TwoMountsOfOneCacheShareComputedChunks) {
   });
   ExpectDirectBytes("big.apr", big);
   other.join();
+  Status(second);  // the second mount's background writer stored what it computed
   // Then the int8 view, computed by the other mount only: served from the cache here.
   ExpectDirectBytes("qt.int8.apr", int8);
   nlohmann::json view = ViewStatus("qt", "int8");

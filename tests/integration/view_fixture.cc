@@ -378,11 +378,12 @@ uint64_t PendingBytes(const nlohmann::json& status) {
 
 }  // namespace
 
-nlohmann::json ViewTest::Status() {
+nlohmann::json ViewTest::Status(const std::string& mount) {
   // Computed chunks are stored in the background: figures are compared once they settled.
   const auto deadline = std::chrono::steady_clock::now() + 60s;
   while (true) {
-    const std::string text = SlurpOrEmpty(MP(".aprfs/status.json"));
+    const std::string text =
+        SlurpOrEmpty((mount.empty() ? mountpoint() : mount) + "/.aprfs/status.json");
     nlohmann::json status = nlohmann::json::parse(text, nullptr, false);
     if (status.is_discarded() || !status.is_object()) {
       ADD_FAILURE() << "status.json is not a JSON object:\n" << text;

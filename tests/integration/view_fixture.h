@@ -88,9 +88,10 @@ class ViewTest : public MountTest {
   // Unmount, expecting a clean stop.
   void UnmountCleanly();
 
-  // .aprfs/status.json, parsed (a gtest failure and an empty object when it is not JSON), once
-  // the background writer stored every computed chunk (cache_pending_bytes 0 everywhere).
-  nlohmann::json Status();
+  // .aprfs/status.json of `mount` (default: mountpoint()), parsed (a gtest failure and an empty
+  // object when it is not JSON), once the background writer stored every computed chunk
+  // (cache_pending_bytes 0 everywhere).
+  nlohmann::json Status(const std::string& mount = "");
   // The `views` entry of `view` of the model `model` ("qt"); a failure and null if absent.
   nlohmann::json ViewStatus(const std::string& model, const std::string& view);
   // A figure of that entry (0 when absent or null).
