@@ -136,9 +136,11 @@ std::shared_ptr<ChunkStore> ChunkStore::Open(const std::string& dir, uint64_t si
     PrepareFiles(dir, size, chunk_size, store->chunk_count_);
   }
   store->data_fd_ = OpenOrThrow(dir + "/data", O_RDWR);
-  // No readahead: readers are served whole FUSE requests (and the fetcher prefetches), and
-  // pages read ahead past a served range would stay cached beside the .apr's copy.
-  ::posix_fadvise(store->data_fd_, 0, 0, POSIX_FADV_RANDOM);
+  // The kernel's own readahead serves a sequential reader of the data file: it reads ahead
+  // asynchronously in large folios. (Our own POSIX_FADV_WILLNEED windows filled the page cache
+  // a 4 KiB page at a time: every request then paid ~0.4 ms to read ahead and ~0.25 ms to drop
+  // its pages, and a chunk store read at 0.6x the bytes per second of a shard.) What it read
+  // ahead is dropped as it is served, like the rest.
   store->claims_fd_ = OpenOrThrow(dir + "/claims", O_RDWR | O_CREAT);
   store->evict_fd_ = OpenOrThrow(dir + "/claims", O_RDWR);
   store->map_file_ = bip::file_mapping((dir + "/map").c_str(), bip::read_write);
@@ -234,32 +236,7 @@ int ChunkStore::Read(uint64_t offset, size_t length, char* dst) {
     Touch(chunk);
   }
   DropServedRange(data_fd_, offset, length, size_);
-  ReadAhead(offset, offset + length);
   return 0;
-}
-
-// The data file has no kernel readahead (pages read ahead and never served would stay cached
-// beside the reader's copy), so a sequential reader of a cold store would wait for the disk at
-// every request: its next bytes, up to the window, within present chunks, are asked for here,
-// once each. Served, they are dropped like the rest.
-void ChunkStore::ReadAhead(uint64_t offset, uint64_t end) {
-  constexpr uint64_t kWindow = 8 << 20, kSlack = 2 << 20;
-  const uint64_t previous = last_read_end_.exchange(end);
-  const bool sequential = offset + kSlack >= previous && offset <= previous + kSlack;
-  if (!sequential) return;
-  const uint64_t want = std::min(size_, end + kWindow);
-  const uint64_t advised = read_ahead_end_.load();
-  uint64_t from = advised > end && advised <= want ? advised : end;  // else another pass
-  if (from >= want) return;
-  uint64_t to = from;
-  for (uint64_t chunk = ChunkOf(from); to < want && chunk < chunk_count_; ++chunk) {
-    if (!(Word(chunk).load(std::memory_order_acquire) & kPresent)) break;
-    to = std::min(want, ChunkBegin(chunk) + ChunkLength(chunk));
-  }
-  if (to <= from) return;
-  read_ahead_end_ = to;
-  ::posix_fadvise(data_fd_, static_cast<off_t>(from), static_cast<off_t>(to - from),
-                  POSIX_FADV_WILLNEED);
 }
 
 std::unique_ptr<ChunkStore::Claim> ChunkStore::TryClaimOn(int fd, uint64_t chunk) {

@@ -101,8 +101,6 @@ class ChunkStore {
   void Release(int fd, uint64_t chunk);
   void Touch(uint64_t chunk);
   void PunchHole(uint64_t chunk);
-  // A sequential reader's next bytes, asked of the disk before they are asked of us.
-  void ReadAhead(uint64_t offset, uint64_t end);
   // Claims on a separate descriptor: OFD locks only conflict across descriptions, so the
   // evictor never takes a chunk a fetcher of this same process holds.
   std::unique_ptr<Claim> TryClaimOn(int fd, uint64_t chunk);
@@ -123,9 +121,6 @@ class ChunkStore {
   // Chunks claimed by this process: OFD locks do not exclude threads sharing a description.
   std::mutex claims_mu_;
   std::set<uint64_t> claimed_;
-  // Where the last read ended and how far the disk was asked to read ahead.
-  std::atomic<uint64_t> last_read_end_{0};
-  std::atomic<uint64_t> read_ahead_end_{0};
 };
 
 }  // namespace aprfs
