@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
 #include <sys/file.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -69,17 +70,29 @@ std::shared_ptr<ChunkStore> ChunkCache::Store(const std::string& etag, uint64_t 
   return ChunkStore::Open(root_ + "/" + etag, size, kChunkSize);
 }
 
-void ChunkCache::Reserve(uint64_t bytes) {
-  if (limit_ == 0) return;
+bool ChunkCache::Reserve(uint64_t bytes) {
   std::lock_guard lock(reserve_mu_);
-  if (!known_present_ || *known_present_ + in_flight_ + bytes > limit_) {
+  const auto incoming = static_cast<int64_t>(in_flight_ + bytes);
+  const bool over_limit =
+      limit_ > 0 && (!known_present_ || *known_present_ + in_flight_ + bytes > limit_);
+  int64_t spare = SpareDiskBytes();
+  if (over_limit || spare < incoming) {
     known_present_ = EnforceLimit(in_flight_ + bytes);
+    spare = SpareDiskBytes();
   }
   in_flight_ += bytes;
+  return spare >= incoming;
+}
+
+int64_t ChunkCache::SpareDiskBytes() const {
+  struct statvfs disk {};
+  if (::statvfs(root_.c_str(), &disk) != 0) return INT64_MAX;
+  const double total = static_cast<double>(disk.f_blocks) * static_cast<double>(disk.f_frsize);
+  const double available = static_cast<double>(disk.f_bavail) * static_cast<double>(disk.f_frsize);
+  return static_cast<int64_t>(available - total * kKeepFreeShare);
 }
 
 void ChunkCache::Release(uint64_t bytes, bool stored) {
-  if (limit_ == 0) return;
   std::lock_guard lock(reserve_mu_);
   in_flight_ -= std::min(in_flight_, bytes);
   if (stored && known_present_) *known_present_ += bytes;
@@ -138,13 +151,27 @@ uint64_t ChunkCache::EvictOldest(Scan& scan, uint64_t bytes, bool wait) {
 
 uint64_t ChunkCache::EnforceLimit(uint64_t incoming) {
   Scan scan = ScanStores();
-  if (limit_ == 0 || scan.present + incoming <= limit_) return scan.present;
-  // Down to 90 % of the limit minus what is coming, so downloads do not trigger a pass per chunk.
-  const uint64_t room = limit_ / 10 + incoming;
-  const uint64_t target = limit_ > room ? limit_ - room : 0;
+  // What the cache may hold: the limit, and (since evicting frees disk space) the present
+  // bytes plus the disk's spare ones, with what is coming taken out of both.
+  const int64_t spare = SpareDiskBytes() - static_cast<int64_t>(incoming);
+  const bool over_limit = limit_ > 0 && scan.present + incoming > limit_;
+  if (!over_limit && spare >= 0) return scan.present;
+  uint64_t target = scan.present;
+  if (over_limit) {
+    // Down to 90 % of the limit minus what is coming, so downloads do not trigger a pass per chunk.
+    const uint64_t room = limit_ / 10 + incoming;
+    target = limit_ > room ? limit_ - room : 0;
+  }
+  if (spare < 0) {
+    // Below the disk's free share: back above it, by as much again (at most 64 MiB), for the
+    // same reason.
+    const uint64_t deficit = static_cast<uint64_t>(-spare);
+    const uint64_t again = std::min<uint64_t>(deficit, 64u << 20);
+    target = std::min(target, scan.present - std::min(scan.present, deficit + again));
+  }
   uint64_t evicted = EvictOldest(scan, scan.present - std::min(target, scan.present), false);
-  spdlog::debug("chunk cache: evicted {} bytes, {} bytes now present (limit {})", evicted,
-                scan.present - evicted, limit_);
+  spdlog::debug("chunk cache: evicted {} bytes, {} bytes now present (limit {}, spare disk {})",
+                evicted, scan.present - evicted, limit_, spare);
   return scan.present - evicted;
 }
 

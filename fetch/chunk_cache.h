@@ -16,10 +16,13 @@ namespace aprfs {
 
 // The folder of every chunk store (<root>/<etag>/...), shared by all processes, with a size
 // limit: a janitor thread evicts the least recently used chunks (never a claimed one, never
-// one of a published file) when the present bytes of all stores exceed it.
+// one of a published file) when the present bytes of all stores exceed it. Whatever the limit,
+// the cache keeps kKeepFreeShare of its disk free: a model's computed views can be larger than
+// the disk, and a cache that fills it fails everyone else's writes.
 class ChunkCache {
  public:
   static constexpr uint32_t kChunkSize = 8u << 20;
+  static constexpr double kKeepFreeShare = 0.05;
 
   // `limit_bytes` 0 means no limit (no janitor).
   ChunkCache(std::string root, uint64_t limit_bytes);
@@ -29,12 +32,15 @@ class ChunkCache {
   // The store of one remote file, by its etag (the sha256 of LFS files).
   std::shared_ptr<ChunkStore> Store(const std::string& etag, uint64_t size);
   // Present bytes over every store, and one eviction pass if they plus `incoming` exceed the
-  // limit. Returns the bytes present after the pass. Called by the janitor and Reserve; public
-  // for tests and `aprfs status`.
+  // limit or would take the disk's free space below its share. Returns the bytes present after
+  // the pass. Called by the janitor and Reserve; public for tests and `aprfs status`.
   uint64_t EnforceLimit(uint64_t incoming = 0);
-  // Makes room for `bytes` about to be downloaded: evicts now when they would take the cache
-  // over its limit, so the limit holds while chunks arrive, not only when the janitor wakes.
-  void Reserve(uint64_t bytes);
+  // Makes room for `bytes` about to be stored: evicts now when they would take the cache over
+  // its limit or the disk below its free share, so both hold while chunks arrive, not only when
+  // the janitor wakes. False when even then they would not fit above the free share (the disk
+  // is full of other files): a caller that can do without storing them should. Either way,
+  // Release ends the reservation.
+  bool Reserve(uint64_t bytes);
   // Ends a reservation: the chunk was stored (`stored`) or its download failed.
   void Release(uint64_t bytes, bool stored);
   // The disk is full (ENOSPC) whatever the limit: evicts the least recently used chunks worth at
@@ -48,6 +54,9 @@ class ChunkCache {
   // processes (`wait`: for the one running now, else give up). Returns the bytes evicted.
   uint64_t EvictOldest(Scan& scan, uint64_t bytes, bool wait);
   void Janitor();
+  // Free bytes on the cache's disk above its free share (negative below it); INT64_MAX when
+  // the disk cannot be asked.
+  int64_t SpareDiskBytes() const;
 
   const std::string root_;
   const uint64_t limit_;

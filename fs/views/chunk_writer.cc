@@ -63,7 +63,16 @@ void ComputedChunkWriter::StoreBatch(std::deque<Item>& batch) {
       continue;
     }
     const uint64_t begin = store.ChunkBegin(item.chunk);
-    if (cache_) cache_->Reserve(item.bytes->size());
+    // A disk full of other files: the chunk is not stored (it is a cache), and readers
+    // recompute it.
+    if (cache_ && !cache_->Reserve(item.bytes->size())) {
+      spdlog::debug("computed chunk {} of {} not stored: the disk keeps its free share", item.chunk,
+                    store.dir());
+      store.Discard(*claim);
+      cache_->Release(item.bytes->size(), false);
+      item.done(false);
+      continue;
+    }
     if (int err = store.Write(*claim, begin, *item.bytes)) {
       spdlog::debug("computed chunk {} of {} not stored: {}", item.chunk, store.dir(), err);
       store.Discard(*claim);
