@@ -11,8 +11,19 @@ namespace aprfs {
 FooterCrc::FooterCrc(uint64_t covered_length)
     : length_(covered_length),
       block_count_((covered_length + kBlockSize - 1) / kBlockSize),
-      blocks_(block_count_) {
+      pages_((block_count_ + kPageBlocks - 1) / kPageBlocks) {
   if (length_ == 0) result_ = 0;
+}
+
+FooterCrc::Block& FooterCrc::BlockAt(size_t index) {
+  std::unique_ptr<Block[]>& page = pages_[index / kPageBlocks];
+  if (!page) page = std::make_unique<Block[]>(kPageBlocks);
+  return page[index % kPageBlocks];
+}
+
+const FooterCrc::Block* FooterCrc::FindBlock(size_t index) const {
+  const std::unique_ptr<Block[]>& page = pages_[index / kPageBlocks];
+  return page ? &page[index % kPageBlocks] : nullptr;
 }
 
 uint64_t FooterCrc::BlockLength(size_t index) const {
@@ -25,7 +36,7 @@ void FooterCrc::Extend(size_t index, uint64_t start_in_block, std::string_view b
     const uint32_t crc = Crc32(bytes);  // outside the lock: this is the costly part
     std::lock_guard lock(mu_);
     if (result_) return;  // finished meanwhile: the blocks are gone
-    Block& block = blocks_[index];
+    Block& block = BlockAt(index);
     if (start < block.covered) {  // the prefix grew over part of it: the rest, again
       if (start + bytes.size() <= block.covered) return;
       bytes.remove_prefix(block.covered - start);
@@ -77,19 +88,19 @@ void FooterCrc::Absorb(Block& block) {
 }
 
 uint64_t FooterCrc::GapEnd(size_t index) const {
-  const Block& block = blocks_[index];
-  return block.ahead.empty() ? BlockLength(index) : block.ahead.front().start;
+  const Block* block = FindBlock(index);
+  return block == nullptr || block->ahead.empty() ? BlockLength(index) : block->ahead.front().start;
 }
 
 void FooterCrc::FinishIfComplete() {
   if (result_ || complete_blocks_ != block_count_) return;
   uint32_t total = 0;
   for (size_t index = 0; index < block_count_; ++index) {
-    total = Crc32Combine(total, blocks_[index].crc, BlockLength(index));
+    total = Crc32Combine(total, FindBlock(index)->crc, BlockLength(index));  // all complete
   }
   result_ = total;
-  blocks_.clear();
-  blocks_.shrink_to_fit();
+  pages_.clear();
+  pages_.shrink_to_fit();
 }
 
 void FooterCrc::Observe(uint64_t offset, std::string_view bytes) {
@@ -114,9 +125,12 @@ uint64_t FooterCrc::ObservedBytes() const {
   std::lock_guard lock(mu_);
   if (result_) return length_;
   uint64_t total = 0;
-  for (const Block& block : blocks_) {
-    total += block.covered;
-    for (const Piece& piece : block.ahead) total += piece.length;
+  for (const std::unique_ptr<Block[]>& page : pages_) {
+    if (!page) continue;
+    for (size_t i = 0; i < kPageBlocks; ++i) {
+      total += page[i].covered;
+      for (const Piece& piece : page[i].ahead) total += piece.length;
+    }
   }
   return total;
 }
@@ -140,7 +154,8 @@ int FooterCrc::Compute(const RangeReader& read, const CancelCheck& cancelled, ui
           *crc = *result_;
           return 0;
         }
-        covered = blocks_[index].covered;
+        const Block* block = FindBlock(index);
+        covered = block ? block->covered : 0;
         gap_end = GapEnd(index);
       }
       if (covered == block_length) break;

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string_view>
@@ -48,7 +49,14 @@ class FooterCrc {
     std::vector<Piece> ahead;  // beyond the prefix, sorted, disjoint, at most kMaxAhead
   };
   static constexpr size_t kMaxAhead = 16;
+  // Blocks are allocated a page at a time, when first touched: a file of 1.4 TB has 326k
+  // blocks (10 MB), and most mounts read a few of them.
+  static constexpr size_t kPageBlocks = 4096;
   uint64_t BlockLength(size_t index) const;
+  // The block, its page allocated if need be. Requires mu_.
+  Block& BlockAt(size_t index);
+  // The block, or null when its page was never touched (nothing known). Requires mu_.
+  const Block* FindBlock(size_t index) const;
   // Adds what `bytes` (at `start_in_block` of block `index`) tell that the block did not know.
   void Extend(size_t index, uint64_t start_in_block, std::string_view bytes);
   // Records a piece beyond the prefix (dropped if it overlaps one, or too many). Requires mu_.
@@ -63,7 +71,7 @@ class FooterCrc {
   const uint64_t length_;
   const size_t block_count_;
   mutable std::mutex mu_;
-  std::vector<Block> blocks_;
+  std::vector<std::unique_ptr<Block[]>> pages_;
   size_t complete_blocks_ = 0;
   std::optional<uint32_t> result_;
   std::mutex compute_mu_;  // one full computation at a time

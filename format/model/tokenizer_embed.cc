@@ -24,10 +24,10 @@ class TokenizerReader : public nlohmann::json_sax<json> {
   std::string error;
   std::optional<std::string> model_type;
   std::vector<std::pair<uint64_t, std::string>> vocab_ids;    // {token: id} form, file order
-  std::vector<std::string> pieces;                             // [[piece, score]] form
+  StringList pieces;                                           // [[piece, score]] form
   std::vector<double> scores;
   bool pairs_ok = true;
-  std::vector<std::string> merges;
+  StringList merges;
   std::vector<std::pair<uint64_t, std::string>> added_tokens;  // file order
 
   bool null() override { return Scalar(Value{}); }
@@ -107,7 +107,7 @@ class TokenizerReader : public nlohmann::json_sax<json> {
     stack_.pop_back();
     if (frame.role == Role::VocabPair) {
       if (frame.items == 2 && pair_.piece && pair_.score) {
-        pieces.push_back(std::move(*pair_.piece));
+        pieces.push_back(*pair_.piece);
         scores.push_back(*pair_.score);
       } else {
         pairs_ok = false;
@@ -139,7 +139,7 @@ class TokenizerReader : public nlohmann::json_sax<json> {
         if (index == 1 && value.number) pair_.score = *value.number;
         break;
       case Role::Merges:
-        if (value.text) merges.push_back(std::move(*value.text));
+        if (value.text) merges.push_back(*value.text);
         break;
       case Role::MergePair:
         if (value.text && index < 2) merge_.push_back(std::move(*value.text));
@@ -196,10 +196,12 @@ void VocabularyById(TokenizerReader& reader, const ModelConfig& config, Embedded
                       " is beyond the supported vocabulary size of " +
                       std::to_string(kMaxVocabulary));
   }
-  out.vocabulary.assign(size, "<unk>");
-  for (auto& [id, token] : reader.vocab_ids) out.vocabulary[id] = std::move(token);
+  std::vector<const std::string*> by_id(size, nullptr);  // the later one wins
+  for (const auto& [id, token] : reader.vocab_ids) by_id[id] = &token;
+  for (const auto& [id, token] : reader.added_tokens) by_id[id] = &token;
+  for (const std::string* token : by_id) out.vocabulary.push_back(token ? *token : "<unk>");
+  std::vector<const std::string*>().swap(by_id);
   std::vector<std::pair<uint64_t, std::string>>().swap(reader.vocab_ids);
-  for (auto& [id, token] : reader.added_tokens) out.vocabulary[id] = token;
 }
 
 // Streams `text` through `reader`, retrying with Python's NaN/Infinity spellings rewritten

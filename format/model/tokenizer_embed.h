@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "format/model/model_config.h"
+#include "format/model/string_list.h"
 
 namespace aprfs {
 
@@ -14,8 +15,8 @@ namespace aprfs {
 // way aprender's importer does (notes: aprender-import.md §3), so realizar can tokenize from
 // the .apr alone.
 struct EmbeddedTokenizer {
-  std::vector<std::string> vocabulary;  // by id; gaps are "<unk>"
-  std::vector<std::string> merges;      // "left right"
+  StringList vocabulary;  // by id; gaps are "<unk>"
+  StringList merges;      // "left right"
   std::vector<double> scores;           // Unigram only, parallel to vocabulary
   std::optional<std::string> model_type;
   std::optional<uint64_t> bos_token_id;

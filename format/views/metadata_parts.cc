@@ -19,8 +19,8 @@ void AppendShapeJson(std::string& out, const std::vector<uint64_t>& shape) {
   out += ']';
 }
 
-template <typename Item, typename Append>
-std::string ArrayJson(const std::vector<Item>& items, Append append) {
+template <typename List, typename Append>
+std::string ArrayJson(const List& items, Append append) {
   std::string out = "[";
   for (size_t i = 0; i < items.size(); ++i) {
     if (i) out += ',';

@@ -229,9 +229,11 @@ QuantizedView PlanQuantizedView(ShardSet set, ViewKind view, const std::string& 
   try {
     CheckShardSet(set);
     CheckNamesKept(set);
+    const ImportPath path = ImportPathOf(set);
+    set.index.reset();  // checked, and never read again: 100k names, megabytes
     Fp8Weights fp8 = Fp8Weights::Find(set);
-    return ImportPathOf(set) == ImportPath::kSingleFile ? PlanSingleFile(set, fp8, view, stem, facts)
-                                                        : PlanSharded(set, fp8, view, stem);
+    return path == ImportPath::kSingleFile ? PlanSingleFile(set, fp8, view, stem, facts)
+                                           : PlanSharded(set, fp8, view, stem);
   } catch (const FormatError& e) {
     throw FormatError("model " + Quote(set.name) + ", view " + std::string(ViewName(view)) + ": " +
                       e.what());

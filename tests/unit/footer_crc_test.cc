@@ -163,6 +163,20 @@ TEST(FooterCrc, WholeBlocksInRandomOrderThenComputeReadsOnlyTheMissingBlock) {
   }
 }
 
+// A file of 1.4 TB (326k blocks, allocated a page at a time as they are touched): reads at its
+// start, in the middle and in its last, partial block are all counted, and nothing is known yet.
+TEST(FooterCrc, HugeFileCountsWhatWasObservedAnywhere) {
+  const uint64_t length = 1'368'990'378'948;
+  FooterCrc crc(length);
+  const std::string bytes = Data().substr(0, 3 * kMiB);
+  crc.Observe(0, bytes);
+  crc.Observe(length / 2, bytes);
+  crc.Observe(length - kMiB, std::string_view(bytes).substr(0, kMiB));
+  crc.Observe(length - 10, bytes);  // only 10 bytes are inside the covered length
+  EXPECT_EQ(crc.ObservedBytes(), 3 * kMiB + 3 * kMiB + kMiB);
+  EXPECT_FALSE(crc.Known().has_value());
+}
+
 TEST(FooterCrc, KnownPrefixesAndPiecesAreNotReadAgain) {
   const uint64_t length = 13 * kMiB;
   FooterCrc crc(length);
