@@ -200,7 +200,6 @@ void VocabularyById(TokenizerReader& reader, const ModelConfig& config, Embedded
   for (const auto& [id, token] : reader.vocab_ids) by_id[id] = &token;
   for (const auto& [id, token] : reader.added_tokens) by_id[id] = &token;
   for (const std::string* token : by_id) out.vocabulary.push_back(token ? *token : "<unk>");
-  std::vector<const std::string*>().swap(by_id);
   std::vector<std::pair<uint64_t, std::string>>().swap(reader.vocab_ids);
 }
 

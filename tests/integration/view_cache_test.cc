@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mount.h>
-#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,11 +15,15 @@
 #include <tuple>
 
 #include "tests/integration/view_fixture.h"
+#include "tests/support/filesystem_fill.h"
 
 namespace aprfs_itest {
 namespace {
 
 namespace fs = std::filesystem;
+
+using aprfs::testing::FillFilesystem;
+using aprfs::testing::FreeBytes;
 
 constexpr uint64_t kChunk = 4u << 20;  // the computed cache's chunk size
 
@@ -286,62 +289,40 @@ TEST_F(ViewCacheTest, CacheSizeLimitEvictsTheLeastRecentlyUsedComputedChunks) {
   EXPECT_LE(DiskUsage(CacheDir() + "/chunks"), (12u << 20) + (256u << 10));
 }
 
-// Free bytes on the disk of `dir`, and its size.
-struct DiskSpace {
-  uint64_t available = 0;
-  uint64_t total = 0;
-};
-DiskSpace SpaceOf(const std::string& dir) {
-  struct statvfs disk {};
-  EXPECT_EQ(statvfs(dir.c_str(), &disk), 0) << dir << ": " << std::strerror(errno);
-  return {disk.f_bavail * disk.f_frsize, disk.f_blocks * disk.f_frsize};
-}
-
 // With no --cache-size, the computed cache still keeps 5 % of its disk free: on a 12 MiB disk
 // the 16 MiB .apr of the FP8 model is served exactly while the cache evicts its own chunks; and
 // once other files leave less than 5 % free, nothing more is stored, and every byte is served.
 TEST_F(ViewCacheTest, CacheKeepsAShareOfItsDiskFreeWhateverTheLimitAndStillServesEveryByte) {
   SetWatchdog(240s);
   const std::string big = LargeFp8Reference();
+  constexpr uint64_t kDisk = 12u << 20;
+  const uint64_t floor = kDisk / 20;
   fs::create_directories(CacheDir());
-  ProcResult tmpfs =
-      RunCommand({"mount", "-t", "tmpfs", "-o", "size=12m", "aprfs-test", CacheDir()});
+  ProcResult tmpfs = RunCommand(
+      {"mount", "-t", "tmpfs", "-o", "size=" + std::to_string(kDisk), "aprfs-test", CacheDir()});
   ASSERT_EQ(tmpfs.exit_code, 0) << tmpfs.Describe();
-  auto unmount_disk = [&] { EXPECT_EQ(umount2(CacheDir().c_str(), 0), 0) << std::strerror(errno); };
-  const DiskSpace empty = SpaceOf(CacheDir());
-  const uint64_t floor = empty.total / 20;
 
   ASSERT_NO_FATAL_FAILURE(MountViews());
   ExpectDirectBytes("big.apr", big);
   nlohmann::json view = ViewStatus("big", "apr");  // once the writer is done
   EXPECT_GT(view.value("cache_stored_bytes", uint64_t{0}), 0u) << view.dump(2);
-  EXPECT_GE(SpaceOf(CacheDir()).available, floor) << "the cache took the disk below 5 % free";
+  EXPECT_GE(FreeBytes(CacheDir()), floor) << "the cache took the disk below 5 % free";
   ExpectDirectBytes("big.apr", big);  // some chunks from the cache, the others computed again
   Status();
-  EXPECT_GE(SpaceOf(CacheDir()).available, floor) << "the cache took the disk below 5 % free";
+  EXPECT_GE(FreeBytes(CacheDir()), floor) << "the cache took the disk below 5 % free";
 
   // Another file leaves less than 5 % free (the cache emptied first): nothing is stored, and
   // the file is still served exactly.
   UnmountCleanly();
   fs::remove_all(CacheDir() + "/chunks");
-  const uint64_t filler_bytes = SpaceOf(CacheDir()).available - floor / 2;
-  {
-    std::ofstream filler(CacheDir() + "/other-file", std::ios::binary);
-    const std::string block(1 << 16, 'x');
-    for (uint64_t written = 0; written < filler_bytes; written += block.size()) {
-      const uint64_t n = std::min<uint64_t>(block.size(), filler_bytes - written);
-      filler.write(block.data(), static_cast<std::streamsize>(n));
-    }
-    ASSERT_TRUE(filler.flush()) << "cannot fill the test's disk";
-  }
-  ASSERT_LT(SpaceOf(CacheDir()).available, floor);
+  ASSERT_LT(FillFilesystem(CacheDir(), floor / 2, "other-file"), floor);
   ASSERT_NO_FATAL_FAILURE(MountViews());
   ExpectDirectBytes("big.apr", big);
   EXPECT_EQ(ViewFigure("big", "apr", "cache_stored_bytes"), 0u)
       << "chunks were stored on a disk with less than 5 % free";
   EXPECT_LE(DiskUsage(CacheDir() + "/chunks"), 256u << 10);
   UnmountCleanly();
-  unmount_disk();
+  EXPECT_EQ(umount2(CacheDir().c_str(), 0), 0) << std::strerror(errno);
 }
 
 TEST_F(ViewCacheTest, RewrittenSourceIsNeverServedFromTheOldComputedChunks) {

@@ -488,30 +488,6 @@ uint64_t FileSize(const std::string& path) {
   return stat(path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
 }
 
-uint64_t FreeBytes(const std::string& dir) {
-  struct statvfs vfs;
-  if (statvfs(dir.c_str(), &vfs) != 0) return 0;
-  return static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
-}
-
-uint64_t FillFilesystem(const std::string& dir, uint64_t leave, const std::string& name) {
-  Fd fd(dir + "/" + name, O_WRONLY | O_CREAT | O_APPEND);
-  if (!fd.ok()) return FreeBytes(dir);
-  // Big pieces, then pages: the last partial megabyte is filled too.
-  for (size_t piece : {size_t{1} << 20, size_t{4096}}) {
-    const std::string bytes(piece, 'f');
-    while (::write(fd.get(), bytes.data(), bytes.size()) == static_cast<ssize_t>(piece)) {
-    }
-  }
-  if (leave > 0) {
-    struct stat st;
-    fstat(fd.get(), &st);
-    const uint64_t keep = static_cast<uint64_t>(st.st_size) > leave ? st.st_size - leave : 0;
-    if (ftruncate(fd.get(), static_cast<off_t>(keep)) != 0) return FreeBytes(dir);
-  }
-  return FreeBytes(dir);
-}
-
 // ----- models ---------------------------------------------------------------------------------
 
 uint64_t SourceModel::ShardSize(const std::string& shard) const {

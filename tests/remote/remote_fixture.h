@@ -34,6 +34,8 @@
 #include <thread>
 #include <vector>
 
+#include "tests/support/filesystem_fill.h"
+
 namespace aprfs_rtest {
 
 using namespace std::chrono_literals;
@@ -111,11 +113,8 @@ std::vector<std::string> ListDir(const std::string& dir);
 void DropPageCache(const std::string& path);
 bool PathExists(const std::string& path);  // lstat
 uint64_t FileSize(const std::string& path);
-// Writes `dir`/name until the filesystem refuses (ENOSPC), then frees space until `leave`
-// bytes are free; the bytes still free (statvfs).
-uint64_t FillFilesystem(const std::string& dir, uint64_t leave = 0,
-                        const std::string& name = "filler");
-uint64_t FreeBytes(const std::string& dir);  // statvfs f_bavail * f_frsize
+using aprfs::testing::FillFilesystem;
+using aprfs::testing::FreeBytes;
 
 // ----- models ---------------------------------------------------------------------------------
 
