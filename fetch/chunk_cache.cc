@@ -170,8 +170,9 @@ uint64_t ChunkCache::EnforceLimit(uint64_t incoming) {
     target = std::min(target, scan.present - std::min(scan.present, deficit + again));
   }
   uint64_t evicted = EvictOldest(scan, scan.present - std::min(target, scan.present), false);
-  spdlog::debug("chunk cache: evicted {} bytes, {} bytes now present (limit {}, spare disk {})",
-                evicted, scan.present - evicted, limit_, spare);
+  // The words of the full-disk path too: the same event, whichever rule made room.
+  spdlog::debug("chunk cache: older chunks evicted, {} bytes; {} bytes now present (limit {}, "
+                "spare disk {})", evicted, scan.present - evicted, limit_, spare);
   return scan.present - evicted;
 }
 
