@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# The benchmark suite of issue #5, in one run: every ratio is measured against a baseline taken
-# in the same run. Run as root (it drops the page cache and mounts). Sections:
-#   seq       sequential read (dd bs=1M) of the .apr through the mount vs the shards directly,
+# The read-path benchmark suite (issues #5 and #11), in one run: every ratio is measured against
+# a baseline taken in the same run. Run as root (it drops the page cache and mounts). Sections:
+#   seq       sequential read (cat) of the .apr through the mount vs the shards directly,
 #             shards cold and hot, and a second read of the .apr (kernel cache kept)
 #   pagecache the page cache one full read of the .apr from cold fills: shard pages + .apr
 #             pages, counted per file with the tracepoint filemap:mm_filemap_add_to_page_cache
 #   fio       random reads bs=4k and bs=1m, $FIO_JOBS jobs, on the .apr vs on the shards: cold
 #             (at most half the model read, $FIO_RUNTIME s at most) and with the shards hot
 #             and the .apr's pages cold (a fresh mount; $FIO_RUNTIME s)
-#   loader    bench/mmap_loader: mmap, touch every tensor in index order; 1 and 4 processes
+#   loader    bench/mmap_loader --copy: mmap, copy every tensor out in index order; cold, shards
+#             hot on a fresh mount, a second load (kernel cache kept); 1 and 4 processes
+#   profile   perf record -a of the first read and of the loader (shards hot, fresh mount): the
+#             top symbols of what is left, per process, into the results
 #   convert   "convert then load" (bench/convert_merge + loader on the merged file) vs
 #             "mount then load"; the merged file must be byte-identical to the mounted .apr
 #   deepseek  plan build of a DeepSeek-V3-shaped model (163 sparse shards, 91,991 tensors)
@@ -21,7 +24,7 @@
 #      BENCH_TOOLS=build/bench (mmap_loader, convert_merge)  WORK=/var/tmp/aprfs-bench5
 #      MODEL_GB=6 MODEL_SHARDS=5  RUNS=3 (repeats of the seq section; medians reported)
 #      FIO_RUNTIME=20 FIO_JOBS=4  DS_LAYERS=62 DS_SHARDS=163 DS_RUNS=3
-#      SECTIONS="seq pagecache fio loader convert deepseek"  RESULTS=$WORK/results-<date>.txt
+#      SECTIONS="seq pagecache fio loader profile convert deepseek"  RESULTS=$WORK/results-<date>.txt
 #      DROP_CACHES=1 (0: never drop the page cache, for a shared machine; "cold" is then warm)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -36,7 +39,7 @@ FIO_JOBS=${FIO_JOBS:-4}
 DS_LAYERS=${DS_LAYERS:-62}
 DS_SHARDS=${DS_SHARDS:-163}
 DS_RUNS=${DS_RUNS:-3}
-SECTIONS=${SECTIONS:-seq pagecache fio loader convert deepseek}
+SECTIONS=${SECTIONS:-seq pagecache fio loader profile convert deepseek}
 DROP_CACHES=${DROP_CACHES:-1}
 STAMP=$(date +%Y%m%d-%H%M%S)
 RESULTS=${RESULTS:-$WORK/results-$STAMP.txt}
@@ -68,11 +71,12 @@ cached_kb() { awk '/^Cached:/ {print $2}' /proc/meminfo; }
 mbs() { calc "$1 / $2 / 1000000"; }  # bytes, seconds -> MB/s
 resident_bytes() { fincore -b -n -o RES "$@" | awk '{s += $1} END {printf "%.0f\n", s}'; }
 
-# dd bs=1M over the files, one after the other; prints the seconds.
+# cat of the files (as a user copies a model: cat picks its buffer from st_blksize); prints the
+# seconds.
 read_seq() {
-  local t0 f
+  local t0
   t0=$(now)
-  for f in "$@"; do dd if="$f" of=/dev/null bs=1M status=none; done
+  cat "$@" > /dev/null
   calc "$(now) - $t0"
 }
 
@@ -126,6 +130,7 @@ cleanup() {
 needed=(fincore bc python3 dd cmp mountpoint findmnt)
 has_section fio && needed+=(fio)
 has_section pagecache && needed+=(perf)
+has_section profile && needed+=(perf)
 for tool in "${needed[@]}"; do
   command -v "$tool" >/dev/null || die "$tool is missing (scripts/install-deps.sh installs it)"
 done
@@ -341,16 +346,22 @@ if has_section fio; then
   done
 fi
 
-# --- loader: mmap + touch every tensor in index order ----------------------------------------
-loader_pair() {  # $1 label, $2 procs, $3 state (cold|hot) -> LOADED="apr_line|shards_line"
+# --- loader: mmap + copy every tensor out in index order ------------------------------------
+# LOADED="apr_line|shards_line". cold: nothing cached; hot: the shards cached, a fresh mount (the
+# .apr's pages cold); second: the .apr loaded once on this mount before (kernel cache kept),
+# against the shards loaded a second time.
+loader_pair() {  # $1 label, $2 procs, $3 state (cold|hot|second)
   local apr_line dir_line
   set_label "$1"
   if [ "$3" = cold ]; then drop_caches; else read_seq "${SHARDS[@]}" >/dev/null; fi
   start_daemon "$MODELS"
-  apr_line=$("$LOADER" --procs "$2" --apr "$APR")
+  stat "$APR" >/dev/null
+  [ "$3" = second ] && "$LOADER" --copy --apr "$APR" >/dev/null
+  apr_line=$("$LOADER" --copy --procs "$2" --apr "$APR")
   stop_daemon
-  if [ "$3" = cold ]; then drop_caches; fi
-  dir_line=$("$LOADER" --procs "$2" --safetensors "${SHARDS[@]}")
+  if [ "$3" = cold ]; then drop_caches; else read_seq "${SHARDS[@]}" >/dev/null; fi
+  [ "$3" = second ] && "$LOADER" --copy --safetensors "${SHARDS[@]}" >/dev/null
+  dir_line=$("$LOADER" --copy --procs "$2" --safetensors "${SHARDS[@]}")
   [ "$(kv checksum "$apr_line")" = "$(kv checksum "$dir_line")" ] ||
     die "loader: the .apr and the shards gave different checksums: $apr_line / $dir_line"
   record "loader.$1.apr" "\"$apr_line\""
@@ -359,9 +370,36 @@ loader_pair() {  # $1 label, $2 procs, $3 state (cold|hot) -> LOADED="apr_line|s
 }
 if has_section loader; then
   echo "loader ..."
-  loader_pair loader-1-cold 1 cold; LOADER_1_COLD=$LOADED
   loader_pair loader-1-hot 1 hot; LOADER_1_HOT=$LOADED
+  loader_pair loader-1-second 1 second; LOADER_1_SECOND=$LOADED
+  loader_pair loader-1-cold 1 cold; LOADER_1_COLD=$LOADED
+  loader_pair loader-4-hot 4 hot; LOADER_4_HOT=$LOADED
   loader_pair loader-4-cold 4 cold; LOADER_4_COLD=$LOADED
+fi
+
+# --- profile: where the time goes, shards hot, fresh mount ------------------------------------
+profile_top() {  # $1 label, command... -> the top symbols per process into the results
+  local label=$1 data=$WORK/profile-$1.data
+  shift
+  perf record -q -a -g -o "$data" -- "$@" >/dev/null 2>&1
+  perf report -i "$data" --no-children --sort comm,sym -g none --percent-limit 1 2>/dev/null |
+    awk '/%/ {$1 = $1; print}' | head -25 |
+    while read -r line; do record "profile.$label" "\"$line\""; done
+  rm -f "$data"
+}
+if has_section profile; then
+  echo "profile ..."
+  set_label profile
+  read_seq "${SHARDS[@]}" >/dev/null
+  start_daemon "$MODELS"
+  stat "$APR" >/dev/null
+  profile_top first-read cat "$APR"
+  stop_daemon
+  read_seq "${SHARDS[@]}" >/dev/null
+  start_daemon "$MODELS"
+  stat "$APR" >/dev/null
+  profile_top loader-hot "$LOADER" --copy --apr "$APR"
+  stop_daemon
 fi
 
 # --- convert then load vs mount then load -------------------------------------------------------
@@ -451,8 +489,8 @@ goal_mark() { if [ "$(echo "$1" | bc)" -eq 1 ]; then echo "met"; else echo "**no
   echo "| measure | aprfs | baseline | ratio | goal |"
   echo "|---|---|---|---|---|"
   if has_section seq; then
-    echo "| sequential read, shards cold (.apr via mount / shards direct, dd bs=1M; median of $RUNS) | $(fmt "$SEQ_APR_COLD" 0) MB/s | $(fmt "$SEQ_DIRECT_COLD" 0) MB/s | $(fmt "$SEQ_R_COLD")$(spread "${R_COLD[@]}") | — |"
-    echo "| sequential first read of the .apr, shards hot / shards direct hot | $(fmt "$SEQ_APR_HOT" 0) MB/s | $(fmt "$SEQ_DIRECT_HOT" 0) MB/s | $(fmt "$SEQ_R_HOT")$(spread "${R_HOT[@]}") | ≥ 0.5: $(goal_mark "$SEQ_R_HOT >= 0.5") |"
+    echo "| sequential read, shards cold (.apr via mount / shards direct, cat; median of $RUNS) | $(fmt "$SEQ_APR_COLD" 0) MB/s | $(fmt "$SEQ_DIRECT_COLD" 0) MB/s | $(fmt "$SEQ_R_COLD")$(spread "${R_COLD[@]}") | — |"
+    echo "| sequential first read of the .apr, shards hot / shards direct hot | $(fmt "$SEQ_APR_HOT" 0) MB/s | $(fmt "$SEQ_DIRECT_HOT" 0) MB/s | $(fmt "$SEQ_R_HOT")$(spread "${R_HOT[@]}") | ≥ 0.7: $(goal_mark "$SEQ_R_HOT >= 0.7") |"
     echo "| second read of the .apr (kernel cache kept) / shards direct hot | $(fmt "$SEQ_APR_SECOND" 0) MB/s | $(fmt "$SEQ_DIRECT_HOT" 0) MB/s | $(fmt "$SEQ_R_SECOND")$(spread "${R_SECOND[@]}") | ≥ 0.9: $(goal_mark "$SEQ_R_SECOND >= 0.9") |"
   fi
   if has_section pagecache; then
@@ -473,11 +511,19 @@ goal_mark() { if [ "$(echo "$1" | bc)" -eq 1 ]; then echo "met"; else echo "**no
     done
   fi
   if has_section loader; then
-    for v in "LOADER_1_COLD:1 process, cold" "LOADER_1_HOT:1 process, shards hot, .apr cold" "LOADER_4_COLD:4 processes, cold"; do
-      name=${v%%:*}; line=${!name}; what=${v#*:}
-      a=${line%%|*}; d=${line#*|}
-      echo "| mmap loader, every tensor in index order, $what (wall; MB/s per process) | $(kv wall_s "$a") s, $(kv mbs "$a") MB/s | $(kv wall_s "$d") s, $(kv mbs "$d") MB/s | $(fmt "$(calc "$(kv wall_s "$d") / $(kv wall_s "$a")")") | — |"
+    for v in "LOADER_1_HOT:1 process, shards hot, fresh mount:0.5" "LOADER_1_SECOND:1 process, second load (kernel cache kept):0.9" \
+             "LOADER_1_COLD:1 process, cold:0.7" "LOADER_4_HOT:4 processes, shards hot, fresh mount:" "LOADER_4_COLD:4 processes, cold:"; do
+      name=${v%%:*}; rest=${v#*:}; what=${rest%:*}; goal=${rest##*:}
+      line=${!name}; a=${line%%|*}; d=${line#*|}
+      ratio=$(calc "$(kv wall_s "$d") / $(kv wall_s "$a")")
+      mark="—"; [ -n "$goal" ] && mark="≥ $goal: $(goal_mark "$ratio >= $goal")"
+      echo "| mmap loader copying every tensor out in index order, $what (wall; MB/s per process) | $(kv wall_s "$a") s, $(kv mbs "$a") MB/s | $(kv wall_s "$d") s, $(kv mbs "$d") MB/s | $(fmt "$ratio") | $mark |"
     done
+    # Four processes mapping one file lose nothing against one: their per-process speed ratio to
+    # the shards' against the single process's.
+    r1=$(calc "$(kv wall_s "${LOADER_1_HOT#*|}") / $(kv wall_s "${LOADER_1_HOT%%|*}")")
+    r4=$(calc "$(kv wall_s "${LOADER_4_HOT#*|}") / $(kv wall_s "${LOADER_4_HOT%%|*}")")
+    echo "| 4 processes against 1, shards hot, fresh mount: (4-process ratio) / (1-process ratio) | $(fmt "$r4") | $(fmt "$r1") | $(fmt "$(calc "$r4 / $r1")") | ≥ 0.95: $(goal_mark "$r4 / $r1 >= 0.95") |"
   fi
   if has_section convert; then
     echo "| time to first tensor: mount then load / convert then load (cold start) | $(fmt "$mount_first" 2) s | $(fmt "$conv_first" 2) s | $(fmt "$(calc "$conv_first / $mount_first")") | — |"

@@ -3,8 +3,8 @@
 // the last byte, folded into a checksum so nothing is optimized away). With --procs N, N
 // processes do it at once on the same files, as N workers loading one model.
 //
-// Usage: mmap_loader [--procs N] --apr FILE
-//        mmap_loader [--procs N] --safetensors SHARD...
+// Usage: mmap_loader [--procs N] [--copy] --apr FILE
+//        mmap_loader [--procs N] [--copy] --safetensors SHARD...
 // Prints one line of key=value: procs, tensors, bytes (per process), checksum, index_s (the
 // slowest process's time until its index was parsed), first_tensor_s (until its first tensor
 // was touched), wall_s (until every process was done), mbs (bytes / wall_s). Times count from
@@ -52,13 +52,20 @@ uint64_t Touch(const unsigned char* data, uint64_t size, uint64_t hash) {
   return hash * kFnvPrime + data[size - 1];
 }
 
-Report Load(bool apr, const std::vector<std::string>& files, Clock::time_point start) {
+Report Load(bool apr, bool copy, const std::vector<std::string>& files, Clock::time_point start) {
   Report report;
   try {
     MappedModel model = apr ? MappedModel::OpenApr(files[0]) : MappedModel::OpenSafetensors(files);
     report.index_s = Since(start);
+    std::vector<unsigned char> staging;
     for (const auto& tensor : model.tensors()) {
-      report.checksum = Touch(tensor.data, tensor.size, report.checksum);
+      const unsigned char* data = tensor.data;
+      if (copy) {
+        if (staging.size() < tensor.size) staging.resize(tensor.size);
+        std::memcpy(staging.data(), tensor.data, tensor.size);
+        data = staging.data();
+      }
+      report.checksum = Touch(data, tensor.size, report.checksum);
       report.bytes += tensor.size;
       if (++report.tensors == 1) report.first_tensor_s = Since(start);
     }
@@ -71,8 +78,8 @@ Report Load(bool apr, const std::vector<std::string>& files, Clock::time_point s
 
 int Usage() {
   std::fprintf(stderr,
-               "usage: mmap_loader [--procs N] --apr FILE\n"
-               "       mmap_loader [--procs N] --safetensors SHARD...\n");
+               "usage: mmap_loader [--procs N] [--copy] --apr FILE\n"
+               "       mmap_loader [--procs N] [--copy] --safetensors SHARD...\n");
   return 2;
 }
 
@@ -81,11 +88,14 @@ int Usage() {
 int main(int argc, char** argv) {
   int procs = 1;
   int mode = 0;  // 1 apr, 2 safetensors
+  bool copy = false;
   std::vector<std::string> files;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "--procs" && i + 1 < argc) {
       procs = std::atoi(argv[++i]);
+    } else if (arg == "--copy") {
+      copy = true;
     } else if (arg == "--apr" && mode == 0) {
       mode = 1;
     } else if (arg == "--safetensors" && mode == 0) {
@@ -116,7 +126,7 @@ int main(int argc, char** argv) {
     }
     if (pid == 0) {
       close(fds[0]);
-      Report report = Load(mode == 1, files, start);
+      Report report = Load(mode == 1, copy, files, start);
       ssize_t written = write(fds[1], &report, sizeof report);
       _exit(written == static_cast<ssize_t>(sizeof report) ? 0 : 1);
     }

@@ -127,7 +127,7 @@ int VirtualFile::Q8Scale(uint32_t codec_index, const AprDataExtent& extent, floa
   return 0;
 }
 
-int VirtualFile::ReadBody(uint64_t offset, size_t length, char* dst) {
+int VirtualFile::ReadBody(uint64_t offset, size_t length, char* dst, SourcePages pages) {
   const uint64_t end = offset + length;
   // From the prefix.
   if (offset < plan_.prefix.size()) {
@@ -193,6 +193,7 @@ int VirtualFile::ReadBody(uint64_t offset, size_t length, char* dst) {
                   std::strerror(error));
     return error;
   }
+  if (pages == SourcePages::kKeep) return 0;
   // The pieces left their sources' pages cached (neighbouring pieces share folios, and the
   // kernel read ahead of each): they are let go once the whole range is done, in source ranges
   // merged across pieces, so no piece's readahead lands after its neighbour's drop.
@@ -222,7 +223,8 @@ int VirtualFile::ReadBody(uint64_t offset, size_t length, char* dst) {
   return 0;
 }
 
-int VirtualFile::ReadChunk(uint64_t chunk, uint64_t offset, size_t length, char* dst) {
+int VirtualFile::ReadChunk(uint64_t chunk, uint64_t offset, size_t length, char* dst,
+                           SourcePages pages) {
   ChunkStore& store = *compute_.store;
   const uint64_t begin = store.ChunkBegin(chunk);
   ChunkFlights& flights = *flights_;
@@ -245,7 +247,7 @@ int VirtualFile::ReadChunk(uint64_t chunk, uint64_t offset, size_t length, char*
   }
   counters_->cache_misses++;
   std::shared_ptr<std::string> bytes = ChunkBuffer(store.ChunkLength(chunk));
-  const int err = ReadBody(begin, bytes->size(), bytes->data());
+  const int err = ReadBody(begin, bytes->size(), bytes->data(), pages);
   const bool store_it = err == 0 && compute_.writer != nullptr;
   {
     std::lock_guard lock(flights.mu);
@@ -276,10 +278,10 @@ int VirtualFile::ReadChunk(uint64_t chunk, uint64_t offset, size_t length, char*
   return 0;
 }
 
-int VirtualFile::ReadStored(uint64_t offset, size_t length, char* dst) {
+int VirtualFile::ReadStored(uint64_t offset, size_t length, char* dst, SourcePages pages) {
   ChunkStore* store = compute_.store.get();
   if (store == nullptr || !AnyComputed(plan_, offset, offset + length)) {
-    return ReadBody(offset, length, dst);
+    return ReadBody(offset, length, dst, pages);
   }
   const uint64_t end = offset + length;
   while (offset < end) {
@@ -288,8 +290,9 @@ int VirtualFile::ReadStored(uint64_t offset, size_t length, char* dst) {
     const uint64_t chunk_end = chunk_begin + store->ChunkLength(chunk);
     const size_t take = std::min(end, chunk_end) - offset;
     // Chunks of verbatim bytes only are read from their sources, never stored.
-    int err = AnyComputed(plan_, chunk_begin, chunk_end) ? ReadChunk(chunk, offset, take, dst)
-                                                         : ReadBody(offset, take, dst);
+    int err = AnyComputed(plan_, chunk_begin, chunk_end)
+                  ? ReadChunk(chunk, offset, take, dst, pages)
+                  : ReadBody(offset, take, dst, pages);
     if (err) return err;
     offset += take;
     dst += take;
@@ -297,8 +300,8 @@ int VirtualFile::ReadStored(uint64_t offset, size_t length, char* dst) {
   return 0;
 }
 
-ssize_t VirtualFile::Read(uint64_t offset, size_t length, char* dst,
-                          const CancelCheck& cancelled) {
+ssize_t VirtualFile::Read(uint64_t offset, size_t length, char* dst, const ReadOptions& options) {
+  const SourcePages pages = options.source_pages;
   if (offset >= plan_.total_size) return 0;
   if (int err = Prepare()) return -err;
   length = std::min<uint64_t>(length, plan_.total_size - offset);
@@ -306,13 +309,15 @@ ssize_t VirtualFile::Read(uint64_t offset, size_t length, char* dst,
                     ? std::min<uint64_t>(length, plan_.footer_offset - offset)
                     : 0;
   if (body > 0) {
-    if (int err = ReadStored(offset, body, dst)) return -err;
+    if (int err = ReadStored(offset, body, dst, pages)) return -err;
     crc_.Observe(offset, std::string_view(dst, body));
   }
   if (body < length) {  // the request reaches into the footer
     uint32_t crc = 0;
-    auto read = [this](uint64_t at, size_t n, char* out) { return ReadStored(at, n, out); };
-    if (int err = crc_.Compute(read, cancelled, &crc)) return -err;
+    auto read = [this, pages](uint64_t at, size_t n, char* out) {
+      return ReadStored(at, n, out, pages);
+    };
+    if (int err = crc_.Compute(read, options.cancelled, &crc)) return -err;
     char footer[4];
     for (int i = 0; i < 4; ++i) footer[i] = static_cast<char>((crc >> (8 * i)) & 0xFF);
     uint64_t footer_pos = offset + body - plan_.footer_offset;

@@ -35,6 +35,16 @@ struct ComputeSettings {
   std::function<int()> prepare;
 };
 
+// What a read does with the pages of the sources it read: let them go when the bytes served are
+// cached elsewhere (the FUSE file's own page cache), or keep them, when they are the only cached
+// copy of the model (a direct read, which leaves nothing in the FUSE file's cache).
+enum class SourcePages { kDrop, kKeep };
+
+struct ReadOptions {
+  CancelCheck cancelled;  // asked while a footer read waits for the CRC
+  SourcePages source_pages = SourcePages::kDrop;
+};
+
 // A file of a model (.apr or a computed view), served from its plan: the prefix from memory,
 // each extent's bytes from its source, verbatim or through its codec (encoded on every core),
 // padding as zeros, the footer from the CRC tracker. Thread-safe; no FUSE in here.
@@ -57,17 +67,17 @@ class VirtualFile {
 
   // Reads up to `length` bytes at `offset` (fewer only at end of file) into dst. Returns the
   // byte count or -errno; never a short read in the middle, never wrong bytes.
-  ssize_t Read(uint64_t offset, size_t length, char* dst, const CancelCheck& cancelled = {});
+  ssize_t Read(uint64_t offset, size_t length, char* dst, const ReadOptions& options = {});
 
  private:
   struct Piece;
   // [offset, offset+length) entirely before the footer, through the computed-chunk store when
   // it touches computed bytes.
-  int ReadStored(uint64_t offset, size_t length, char* dst);
+  int ReadStored(uint64_t offset, size_t length, char* dst, SourcePages pages);
   // One chunk of the store: from it, or computed (once in this process) and stored.
-  int ReadChunk(uint64_t chunk, uint64_t offset, size_t length, char* dst);
+  int ReadChunk(uint64_t chunk, uint64_t offset, size_t length, char* dst, SourcePages pages);
   // The same range, computed from the sources.
-  int ReadBody(uint64_t offset, size_t length, char* dst);
+  int ReadBody(uint64_t offset, size_t length, char* dst, SourcePages pages);
   int RunPiece(const Piece& piece);
   // AprQ8's tensor-wide scale of the extent's codec (one pass over the tensor, remembered).
   int Q8Scale(uint32_t codec, const AprDataExtent& extent, float* scale);

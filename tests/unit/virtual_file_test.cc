@@ -222,7 +222,7 @@ TEST_F(VirtualFileTest, SequentialReadKnowsTheFooterBeforeReadingIt) {
 
 TEST_F(VirtualFileTest, FooterReadCanBeCancelled) {
   std::string out(4, '\0');
-  ssize_t n = file_->Read(plan().footer_offset, 4, out.data(), [] { return true; });
+  ssize_t n = file_->Read(plan().footer_offset, 4, out.data(), {[] { return true; }});
   EXPECT_EQ(n, -EINTR);
   EXPECT_EQ(Get(plan().footer_offset, 4), Expected(plan().footer_offset, 4));
 }
