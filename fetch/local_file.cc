@@ -59,16 +59,7 @@ int LocalFile::Read(uint64_t offset, size_t length, char* dst) {
 }
 
 void LocalFile::DropCached(uint64_t offset, uint64_t length) {
-  // Requests of a mapping's faults arrive out of order: the kernel's readahead behind an earlier
-  // range brings back pages a later one served and dropped. What lies between this range and
-  // the furthest end served is let go with it (within a readahead's reach).
-  constexpr uint64_t kReach = 16 << 20;
-  const uint64_t end = offset + length;
-  uint64_t furthest = served_end_.load(std::memory_order_relaxed);
-  while (furthest < end && !served_end_.compare_exchange_weak(furthest, end)) {
-  }
-  const uint64_t drop_end = furthest > end && furthest - end <= kReach ? furthest : end;
-  DropServedRange(fd_, offset, drop_end - offset, identity_.size);
+  DropServedRange(fd_, offset, length, identity_.size);
 }
 
 std::string LocalFile::identity() const {

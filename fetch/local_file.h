@@ -50,7 +50,6 @@ class LocalFile final : public ByteSource {
   int fd_;
   FileIdentity identity_;
   std::atomic<bool> change_logged_{false};
-  std::atomic<uint64_t> served_end_{0};  // the furthest end of a range dropped once served
 };
 
 FileIdentity IdentityOf(const struct stat& st);
