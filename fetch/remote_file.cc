@@ -19,13 +19,10 @@ constexpr auto kNoRoomPause = std::chrono::seconds(10);
 
 bool IsNoSpace(int err) { return err == ENOSPC || err == EDQUOT; }
 
-// "W/\"abc\"" -> "abc", as huggingface_hub normalizes ETags.
-std::string NormalizeEtag(std::string etag) {
-  if (etag.rfind("W/", 0) == 0) etag = etag.substr(2);
-  if (etag.size() >= 2 && etag.front() == '"' && etag.back() == '"') {
-    etag = etag.substr(1, etag.size() - 2);
-  }
-  return etag;
+bool IsSha256Hex(const std::string& text) {
+  return text.size() == 64 && std::all_of(text.begin(), text.end(), [](char c) {
+           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+         });
 }
 
 // Parses "bytes a-b/total".
@@ -39,6 +36,50 @@ bool ParseContentRange(const std::string& text, uint64_t* first, uint64_t* last,
 }
 
 }  // namespace
+
+ServerValidator ServerValidator::Of(const HttpResponse& response) {
+  ServerValidator validator;
+  if (std::string etag = response.Header("etag"); !etag.empty()) {
+    validator.kind = etag.rfind("W/", 0) == 0 ? Kind::WeakEtag : Kind::StrongEtag;
+    validator.value = std::move(etag);
+  } else if (std::string date = response.Header("last-modified"); !date.empty()) {
+    validator.kind = Kind::LastModified;
+    validator.value = std::move(date);
+  }
+  return validator;
+}
+
+uint64_t ServerValidator::Fingerprint() const {
+  // FNV-1a: the same in every process and every build (it is shared through the chunk store).
+  uint64_t hash = 0xcbf29ce484222325ull;
+  auto mix = [&](unsigned char c) {
+    hash ^= c;
+    hash *= 0x100000001b3ull;
+  };
+  mix(static_cast<unsigned char>(kind));
+  for (unsigned char c : value) mix(c);
+  return hash == 0 ? 1 : hash;
+}
+
+std::string ServerValidator::NormalizedEtag() const {
+  if (kind != Kind::StrongEtag && kind != Kind::WeakEtag) return "";
+  std::string etag = value;
+  if (etag.rfind("W/", 0) == 0) etag = etag.substr(2);
+  if (etag.size() >= 2 && etag.front() == '"' && etag.back() == '"') {
+    etag = etag.substr(1, etag.size() - 2);
+  }
+  return etag;
+}
+
+std::string ServerValidator::Describe() const {
+  switch (kind) {
+    case Kind::StrongEtag: return "ETag " + value;
+    case Kind::WeakEtag: return "weak ETag " + value;
+    case Kind::LastModified: return "Last-Modified " + value;
+    case Kind::None: break;
+  }
+  return "no ETag or Last-Modified";
+}
 
 RemoteFile::RemoteFile(RemoteBlob blob, std::shared_ptr<ChunkStore> store, ChunkCache& cache,
                        HubClient& hub, Fetcher& fetcher, RemoteOptions options,
@@ -55,6 +96,7 @@ RemoteFile::RemoteFile(RemoteBlob blob, std::shared_ptr<ChunkStore> store, Chunk
 int RemoteFile::Read(uint64_t offset, size_t length, char* dst) {
   if (length == 0) return 0;
   if (offset > blob_.size || length > blob_.size - offset) return EIO;
+  if (version_changed_) return EIO;  // said once, when it was found
   const auto deadline = std::chrono::steady_clock::now() + options_.read_deadline;
   const uint64_t first = store_->ChunkOf(offset), last = store_->ChunkOf(offset + length - 1);
   {
@@ -62,6 +104,7 @@ int RemoteFile::Read(uint64_t offset, size_t length, char* dst) {
     FollowStreams(offset, length);
   }
   int result = store_->Read(offset, length, dst);
+  if (result == 0) return ServedVersionOk() ? 0 : EIO;
   if (result != ENODATA) return result;
   // Every missing chunk asked for at once, then copied piece by piece: a piece needs only its own
   // chunk, so two chunks the cache cannot hold together (a full disk, a small --cache-size)
@@ -90,13 +133,32 @@ int RemoteFile::Read(uint64_t offset, size_t length, char* dst) {
     }
     if (result != 0) return result;
   }
-  return 0;
+  return ServedVersionOk() ? 0 : EIO;
+}
+
+bool RemoteFile::ServedVersionOk() {
+  // After the copy: a chunk of a version stored by another process meanwhile comes with that
+  // version's validator (it is recorded before such a chunk is marked present).
+  const uint64_t stored = store_->Validator();
+  uint64_t mine = pin_.load();
+  if (stored != 0 && mine == 0) {
+    std::lock_guard lock(pin_mu_);
+    mine = pin_.load();
+    if (mine == 0) pin_ = mine = stored;
+  }
+  served_ = true;
+  // 0: chunks of an older aprfs, which checked them against the sha256 ETag.
+  if (stored == 0 || stored == mine) return true;
+  NoteChanged("another process found it changed on the server and dropped the chunks of the "
+              "version read here");
+  return false;
 }
 
 int RemoteFile::Fetch(uint64_t chunk, const std::function<bool()>& cancelled) {
   if (chunk >= store_->chunk_count()) return EINVAL;
   const auto deadline = std::chrono::steady_clock::now() + options_.read_deadline;
   while (!store_->Present(chunk)) {
+    if (version_changed_) return EIO;
     int result = AwaitChunk(chunk, deadline, cancelled, "chunk " + std::to_string(chunk));
     if (result != 0) return result;
   }
@@ -138,9 +200,11 @@ int RemoteFile::AwaitChunk(uint64_t chunk, std::chrono::steady_clock::time_point
       return 0;
     }
     if (ready && state.failures > failures_seen) {
-      spdlog::error("{}: {} failed: {}", name_, what, state.last_error);
+      // A change of the file on the server was logged once, when found.
+      if (!version_changed_) spdlog::error("{}: {} failed: {}", name_, what, state.last_error);
       return EIO;
     }
+
     if (ready) return 0;
     if (cancelled && cancelled()) return ECANCELED;
     if (std::chrono::steady_clock::now() >= deadline) {
@@ -385,16 +449,69 @@ RemoteFile::Attempt RemoteFile::Download(const ChunkStore::Claim& claim, uint64_
   request.headers = hub_.Headers(url.send_token);
   request.headers.push_back("Range: bytes=" + std::to_string(begin) + "-" +
                             std::to_string(begin + length - 1));
+  // The pinned version only: a server whose file changed answers with the whole new file
+  // (refused at its headers, before a byte is stored).
+  uint64_t sent_pin = 0;
+  bool sent_if_range = false;
+  {
+    std::lock_guard lock(pin_mu_);
+    sent_pin = pin_;
+    if (sent_pin != 0 && validator_ && validator_->UsableInIfRange() && send_if_range_) {
+      request.headers.push_back("If-Range: " + validator_->value);
+      sent_if_range = true;
+    }
+  }
   request.deadline = options_.request_deadline;
   request.stall_timeout = hub_.config().download_timeout;
   request.cancelled = [this] { return fetcher_.Stopping(); };
   std::string refusal;
+  bool changed = false;       // the answer is of another version of the file
+  bool fatal_refusal = false;  // retrying cannot help
+  uint64_t commit_pin = 0;     // the version the chunk is stored as
   uint64_t received = 0;
   int write_error = 0;
   request.on_headers = [&](const HttpResponse& head) {
+    const ServerValidator got = ServerValidator::Of(head);
+    if (head.status == 412) {  // a precondition some proxy checked for us
+      refusal = "the file changed on the server (412 Precondition Failed)";
+      changed = true;
+      return false;
+    }
+    if (head.status == 200 && sent_if_range) {
+      if (got.Fingerprint() != sent_pin) {
+        refusal = CheckVersion(got, &commit_pin);
+        if (refusal.empty()) refusal = "the file changed on the server";  // (cannot happen)
+        refusal += " (the whole file in answer to If-Range)";
+        changed = true;
+        return false;
+      }
+      // Same validator, yet the whole file: this server mishandles If-Range. Answers are
+      // still checked one by one.
+      std::lock_guard lock(pin_mu_);
+      if (send_if_range_) {
+        send_if_range_ = false;
+        spdlog::warn("{}: the server answers If-Range: {} with the whole file although that is "
+                     "its validator; If-Range is no longer sent, each answer's is checked",
+                     name_, validator_ ? validator_->value : "");
+      }
+      refusal = "the server ignored the Range header (200)";
+      return false;
+    }
     if (head.status != 206) {
       refusal = head.status == 200 ? "the server ignored the Range header (200)"
                                    : "HTTP " + std::to_string(head.status);
+      return false;
+    }
+    // A version already pinned is checked first: a changed file explains a wrong size too.
+    if (pin_ != 0) {
+      refusal = CheckVersion(got, &commit_pin);
+      if (!refusal.empty()) return changed = true, false;
+    }
+    // The Hub's CDN names a blob by its sha256: one that names another blob is another file.
+    const std::string etag = got.NormalizedEtag();
+    if (!url.send_token && IsSha256Hex(etag) && !blob_.sha256.empty() && etag != blob_.sha256) {
+      refusal = "the server serves another file (ETag " + etag + ", expected " + blob_.sha256 + ")";
+      fatal_refusal = true;
       return false;
     }
     uint64_t first, last, total;
@@ -405,10 +522,9 @@ RemoteFile::Attempt RemoteFile::Download(const ChunkStore::Claim& claim, uint64_
                 std::to_string(blob_.size);
       return false;
     }
-    std::string etag = NormalizeEtag(head.Header("etag"));
-    if (!url.send_token && !etag.empty() && !blob_.sha256.empty() && etag != blob_.sha256) {
-      refusal = "the file changed on the server (ETag " + etag + ", expected " + blob_.sha256 + ")";
-      return false;
+    if (commit_pin == 0) {  // the first answer: pins it
+      refusal = CheckVersion(got, &commit_pin);
+      if (!refusal.empty()) return changed = true, false;
     }
     return true;
   };
@@ -434,7 +550,13 @@ RemoteFile::Attempt RemoteFile::Download(const ChunkStore::Claim& claim, uint64_
   }
   if (response.complete() && response.status == 206 && received == length) {
     if (memory) return result;
-    if (int err = store_->Commit(claim)) {
+    if (int err = store_->Commit(claim, commit_pin)) {
+      if (err == ESTALE) {
+        const std::string why = "the file changed on the server (another process found it and "
+                                "dropped the chunks of the version read here)";
+        NoteChanged(why);
+        return {why, true, false, {}};
+      }
       return {"cannot commit to the chunk cache " + data_path + ": " + std::strerror(err), true,
               IsNoSpace(err), {}};
     }
@@ -445,6 +567,13 @@ RemoteFile::Attempt RemoteFile::Download(const ChunkStore::Claim& claim, uint64_
   stats_.failed_requests++;
   long status = response.status;
   result.error = !refusal.empty() ? refusal : response.Describe();
+  if (changed) {
+    NoteChanged(refusal);
+    result.fatal = true;
+    return result;
+  }
+  result.fatal = fatal_refusal;
+
   if (response.complete() && refusal.empty() && status == 206) {
     result.error = "short body: " + std::to_string(received) + " of " + std::to_string(length) +
                    " bytes";
@@ -457,6 +586,54 @@ RemoteFile::Attempt RemoteFile::Download(const ChunkStore::Claim& claim, uint64_
     result.fatal = true;
   }
   return result;
+}
+
+std::string RemoteFile::CheckVersion(const ServerValidator& got, uint64_t* pin) {
+  const uint64_t fingerprint = got.Fingerprint();
+  std::lock_guard lock(pin_mu_);
+  for (int attempt = 0; pin_ == 0 && attempt < 3; ++attempt) {
+    // The first answer: the version this process reads from now on, shared through the store
+    // with every process that reads this file.
+    if (store_->AdoptValidator(fingerprint)) {
+      pin_ = fingerprint;
+      validator_ = got;
+      if (got.kind == ServerValidator::Kind::None) {
+        spdlog::warn("{}: the server gives no ETag or Last-Modified: a change of the file on the "
+                     "server while it is read cannot be told before its sha256 is checked",
+                     name_);
+      } else {
+        spdlog::debug("{}: pinned {}", name_, got.Describe());
+      }
+      break;
+    }
+    // The chunk cache holds another version. None of it served here yet: start over with this
+    // one (a process reading that version finds out at its next read).
+    if (served_) break;
+    if (store_->ReplaceValidator(store_->Validator(), fingerprint)) {
+      spdlog::warn("{}: the server gives {}, another version than the chunk cache holds: those "
+                   "chunks are dropped", name_, got.Describe());
+      pin_ = fingerprint;
+      validator_ = got;
+    }
+  }
+  if (pin_ == fingerprint) {
+    if (!validator_) validator_ = got;  // pinned from the store: now we know the value too
+    *pin = fingerprint;
+    return "";
+  }
+  if (validator_) {
+    return "the file changed on the server (" + validator_->Describe() + " when first read, now " +
+           got.Describe() + ")";
+  }
+  return "the file changed on the server (now " + got.Describe() +
+         ", not the version in the chunk cache that was read here)";
+}
+
+void RemoteFile::NoteChanged(const std::string& why) {
+  if (version_changed_.exchange(true)) return;
+  spdlog::error("{}: {}; every read of it fails with EIO from now on, so that no reader gets a "
+                "mix of two versions (mount again to read the new one)",
+                name_, why);
 }
 
 DataUrl RemoteFile::CurrentUrl() {
