@@ -99,9 +99,16 @@ int RemoteFile::Read(uint64_t offset, size_t length, char* dst) {
   if (version_changed_) return EIO;  // said once, when it was found
   const auto deadline = std::chrono::steady_clock::now() + options_.read_deadline;
   const uint64_t first = store_->ChunkOf(offset), last = store_->ChunkOf(offset + length - 1);
+  uint64_t carry;
+  std::weak_ptr<RemoteFile> next;
   {
     std::lock_guard lock(mu_);
-    FollowStreams(offset, length);
+    carry = FollowStreams(offset, length);
+    next = next_;
+  }
+  // What is left of the window belongs to the next shard (not under our lock: it has its own).
+  if (carry > 0) {
+    if (auto file = next.lock()) file->ContinueStream(carry);
   }
   int result = store_->Read(offset, length, dst);
   if (result == 0) return ServedVersionOk() ? 0 : EIO;
@@ -215,7 +222,7 @@ int RemoteFile::AwaitChunk(uint64_t chunk, std::chrono::steady_clock::time_point
   }
 }
 
-void RemoteFile::FollowStreams(uint64_t offset, size_t length) {
+uint64_t RemoteFile::FollowStreams(uint64_t offset, size_t length) {
   auto now = std::chrono::steady_clock::now();
   const uint64_t slack = store_->chunk_size();
   Stream* stream = nullptr;
@@ -227,7 +234,13 @@ void RemoteFile::FollowStreams(uint64_t offset, size_t length) {
     }
   }
   if (stream) {
-    stream->window = std::min<uint64_t>(stream->window * 2, options_.prefetch_max_chunks);
+    // Never more read-ahead than a quarter of the cache holds: it would evict what the reader
+    // is about to read (and take the cache over its limit while the chunks arrive).
+    uint64_t most = options_.prefetch_max_chunks;
+    if (cache_.limit() > 0) {
+      most = std::clamp<uint64_t>(cache_.limit() / 4 / store_->chunk_size(), 1, most);
+    }
+    stream->window = std::min<uint64_t>(stream->window * 2, most);
   } else {
     if (streams_.size() >= kMaxStreams) {
       streams_.erase(std::min_element(streams_.begin(), streams_.end(),
@@ -238,23 +251,21 @@ void RemoteFile::FollowStreams(uint64_t offset, size_t length) {
   }
   stream->next = std::max(stream->next, offset + length);
   stream->used = now;
-  if (now < no_room_until_) return;
-  uint64_t window = stream->window;
-  if (stream->next < blob_.size) {
-    uint64_t from = store_->ChunkOf(stream->next);
+  if (now < no_room_until_) return 0;
+  return ScheduleWindow(*stream);
+}
+
+uint64_t RemoteFile::ScheduleWindow(const Stream& stream) {
+  uint64_t window = stream.window;
+  if (stream.next < blob_.size) {
+    uint64_t from = store_->ChunkOf(stream.next);
     uint64_t to = std::min(store_->chunk_count() - 1, from + window - 1);
     for (uint64_t chunk = from; chunk <= to; ++chunk) {
       if (!store_->Present(chunk)) Schedule(chunk, Fetcher::Priority::Prefetch);
     }
     window -= std::min(window, to - from + 1);
   }
-  // What is left of the window belongs to the next shard (not under our lock: it has its own).
-  if (window > 0 && !next_.expired()) {
-    std::weak_ptr<RemoteFile> next = next_;
-    fetcher_.Submit(Fetcher::Priority::Prefetch, [next, window] {
-      if (auto file = next.lock()) file->ContinueStream(window);
-    });
-  }
+  return next_.expired() ? 0 : window;
 }
 
 RemoteFile::Activity RemoteFile::CurrentActivity() {
@@ -290,16 +301,34 @@ void RemoteFile::SetNext(std::weak_ptr<RemoteFile> next) {
 }
 
 void RemoteFile::ContinueStream(uint64_t window) {
-  std::lock_guard lock(mu_);
-  if (std::chrono::steady_clock::now() < no_room_until_) return;
-  for (const Stream& stream : streams_) {
-    if (stream.next < store_->chunk_size()) return;  // already followed
+  uint64_t carry = 0;
+  std::weak_ptr<RemoteFile> next;
+  {
+    std::lock_guard lock(mu_);
+    const auto now = std::chrono::steady_clock::now();
+    if (now < no_room_until_) return;
+    Stream* stream = nullptr;
+    for (Stream& s : streams_) {
+      if (s.next < store_->chunk_size()) {  // carried here before, or the reader just arrived
+        stream = &s;
+        break;
+      }
+      // The reader is already in the window: its own reads lead it on.
+      if (s.next <= window * store_->chunk_size()) return;
+    }
+    if (!stream) {
+      if (streams_.size() >= kMaxStreams) streams_.erase(streams_.begin());
+      streams_.push_back({0, window, now});
+      stream = &streams_.back();
+    }
+    // The reader comes closer to our start with every read: the window it carries grows.
+    stream->window = std::max(stream->window, window);
+    stream->used = now;
+    carry = ScheduleWindow(*stream);
+    next = next_;
   }
-  if (streams_.size() >= kMaxStreams) streams_.erase(streams_.begin());
-  streams_.push_back({0, window, std::chrono::steady_clock::now()});
-  uint64_t to = std::min<uint64_t>(store_->chunk_count(), window);
-  for (uint64_t chunk = 0; chunk < to; ++chunk) {
-    if (!store_->Present(chunk)) Schedule(chunk, Fetcher::Priority::Prefetch);
+  if (carry > 0) {
+    if (auto file = next.lock()) file->ContinueStream(carry);
   }
 }
 

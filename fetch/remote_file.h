@@ -139,14 +139,20 @@ class RemoteFile final : public ByteSource, public std::enable_shared_from_this<
     std::chrono::steady_clock::time_point used;
   };
 
-  void FollowStreams(uint64_t offset, size_t length);  // requires mu_
+  // Follows the read in the streams and schedules their read-ahead; returns what is left of the
+  // window for the next shard. Requires mu_.
+  uint64_t FollowStreams(uint64_t offset, size_t length);
+  // Schedules the chunks of `stream`'s window; returns what runs past our end. Requires mu_.
+  uint64_t ScheduleWindow(const Stream& stream);
+
   // Schedules an absent chunk as demand and waits for it: 0, EIO (a failure or the deadline;
   // logged with `what`), or ECANCELED. With `unstored`, a chunk downloaded but not stored
   // counts as arrived, its bytes put there.
   int AwaitChunk(uint64_t chunk, std::chrono::steady_clock::time_point deadline,
                  const std::function<bool()>& cancelled, const std::string& what,
                  Bytes* unstored = nullptr);
-  // Starts a stream at our beginning with `window` chunks of read-ahead.
+  // A stream at our beginning with (at least) `window` chunks of read-ahead: the reader of the
+  // previous shard is that close to its end. Passes on what runs past our end.
   void ContinueStream(uint64_t window);
   void Schedule(uint64_t chunk, Fetcher::Priority priority);  // requires mu_
   void RunFetch(uint64_t chunk);
