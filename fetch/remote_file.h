@@ -144,7 +144,6 @@ class RemoteFile final : public ByteSource, public std::enable_shared_from_this<
   uint64_t FollowStreams(uint64_t offset, size_t length);
   // Schedules the chunks of `stream`'s window; returns what runs past our end. Requires mu_.
   uint64_t ScheduleWindow(const Stream& stream);
-
   // Schedules an absent chunk as demand and waits for it: 0, EIO (a failure or the deadline;
   // logged with `what`), or ECANCELED. With `unstored`, a chunk downloaded but not stored
   // counts as arrived, its bytes put there.
@@ -156,12 +155,23 @@ class RemoteFile final : public ByteSource, public std::enable_shared_from_this<
   void ContinueStream(uint64_t window);
   void Schedule(uint64_t chunk, Fetcher::Priority priority);  // requires mu_
   void RunFetch(uint64_t chunk);
+  // A chunk downloaded into the store, still to be made durable and marked present.
+  struct PendingCommit {
+    std::unique_ptr<ChunkStore::Claim> claim;
+    uint64_t pin = 0;  // the version of the file its bytes are (ChunkStore::Validator)
+    uint64_t length = 0;
+  };
   // What filling one chunk came to.
   struct Outcome {
-    std::string error;     // empty: stored
+    std::string error;     // empty: stored (or `commit` pending)
     Bytes unstored;        // no room on the disk: the bytes (`error` says why they are not stored)
     bool dropped = false;  // read-ahead the disk has no room for: not fetched, no failure
+    std::shared_ptr<PendingCommit> commit;  // downloaded: to commit on the commit lane
   };
+  // On the commit lane: makes the chunk durable and present, then finishes it.
+  void FinishCommit(uint64_t chunk, PendingCommit& commit);
+  // The chunk's fetch ended: its state, its waiters, and verification once the file is complete.
+  void Finish(uint64_t chunk, Outcome outcome);
   Outcome FetchChunk(uint64_t chunk);
   // The disk is full: pauses read-ahead; whether a reader waits for `chunk`.
   bool NoRoomFor(uint64_t chunk);
@@ -172,6 +182,7 @@ class RemoteFile final : public ByteSource, public std::enable_shared_from_this<
     bool fatal = false;  // retrying cannot help (404, 416, disk errors...)
     bool no_space = false;  // the cache's disk is full (ENOSPC, EDQUOT)
     HttpResponse response;  // for the retry delay (Retry-After)
+    uint64_t pin = 0;       // success: the version of the file the bytes are
   };
   // Into the store, or into `memory` when given.
   Attempt Download(const ChunkStore::Claim& claim, uint64_t chunk, std::string* memory);
@@ -185,7 +196,6 @@ class RemoteFile final : public ByteSource, public std::enable_shared_from_this<
   bool ServedVersionOk();
   // The file changed on the server: logged once, and every read fails from then on.
   void NoteChanged(const std::string& why);
-
 
   const RemoteBlob blob_;
   const std::string name_;
