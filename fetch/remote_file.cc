@@ -688,6 +688,10 @@ std::string RemoteFile::CheckVersion(const ServerValidator& got, uint64_t* pin) 
     *pin = fingerprint;
     return "";
   }
+  // The old version is gone from the server: its chunks go too, so that the next mount reads
+  // the new one rather than failing on them (a process still reading the old one fails at its
+  // next read). No-op when another process replaced it already.
+  if (pin_ != 0) store_->ReplaceValidator(pin_, fingerprint);
   if (validator_) {
     return "the file changed on the server (" + validator_->Describe() + " when first read, now " +
            got.Describe() + ")";
@@ -699,7 +703,8 @@ std::string RemoteFile::CheckVersion(const ServerValidator& got, uint64_t* pin) 
 void RemoteFile::NoteChanged(const std::string& why) {
   if (version_changed_.exchange(true)) return;
   spdlog::error("{}: {}; every read of it fails with EIO from now on, so that no reader gets a "
-                "mix of two versions (mount again to read the new one)",
+                "mix of two versions (the chunks of the old one are dropped: mount again to read "
+                "the new one)",
                 name_, why);
 }
 

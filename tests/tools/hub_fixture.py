@@ -5,6 +5,8 @@
          /api/resolve-cache/..., with the Hub's status codes and headers.
   "cdn": the LFS/Xet bridge: file bytes by sha256, Range support, signed URLs
          (nginx secure_link: md5 + expires), optional per-connection limit_rate.
+         With --cdn-etag it plays a Hub mirror or caching proxy that gives its own
+         validators instead of the sha256 ETag of the Hub's CDN.
 
 The contract it honours is /work/notes/remote-protocol.md (see tests/tools/REMOTE.md).
 Standard library only; nginx does all the serving, this script only writes
@@ -13,6 +15,7 @@ files and configs and manages the two processes.
   hub_fixture.py start STATE_DIR --repo ORG/NAME=MODEL_DIR[@BRANCH] [--repo ...]
                  [--gated ORG/NAME ... --token hf_xxx] [--gated-metadata-public]
                  [--rate-limit BYTES_PER_SEC] [--url-ttl SECONDS] [--hash-cache FILE]
+                 [--cdn-etag sha256|nginx|weak|last-modified|none]
   hub_fixture.py refresh STATE_DIR     # new signed-URL expiries, nginx reload
   hub_fixture.py stop STATE_DIR        # stop both nginx, wait until gone
 
@@ -42,6 +45,12 @@ import urllib.request
 
 NGINX = os.environ.get("APRFS_NGINX", "/usr/sbin/nginx")
 CDN_PREFIX = "/xet-bridge/"          # CDN data path: CDN_PREFIX + sha256
+ORIGIN_PREFIX = "/_origin/"          # behind the CDN path in the proxied --cdn-etag modes
+# What the CDN gives as validators of a file (the Hub's CDN: ETag = "<sha256>"; a mirror or
+# caching proxy: its own). nginx: its default strong ETag "<mtime hex>-<size hex>"; weak: that
+# ETag marked W/ (as a proxy that may change the encoding does); last-modified: no ETag, only
+# Last-Modified; none: neither. Every mode but `none` keeps Last-Modified (the file's mtime).
+CDN_ETAG_MODES = ("sha256", "nginx", "weak", "last-modified", "none")
 START_DEADLINE = 20.0                # seconds for nginx to come up
 STOP_DEADLINE = 10.0                 # seconds for nginx to go away (then SIGKILL)
 REPO_ID_RE = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
@@ -274,10 +283,11 @@ error_log {q(prefix + '/error.log')} info;
 events {{ worker_connections 1024; }}
 http {{
     {temp_path_directives(prefix)}
-    # $connection/$connection_requests let tests check keep-alive reuse.
+    # $connection/$connection_requests let tests check keep-alive reuse; ifr is the If-Range
+    # the client sent ("-": none; nginx writes a double quote as \\x22).
     log_format fixture '$remote_addr [$time_local] "$request" $status $body_bytes_sent '
                        'range="$http_range" conn=$connection req=$connection_requests '
-                       'rt=$request_time';
+                       'rt=$request_time ifr="$http_if_range"';
     access_log {q(prefix + '/access.log')} fixture;
     types {{ }}
     default_type application/octet-stream;
@@ -409,22 +419,45 @@ def hub_config(state, expires):
 def cdn_config(state):
     prefix = state["dir"] + "/cdn"
     rate = state.get("rate_limit") or 0
+    mode = state.get("cdn_etag") or "sha256"
     body = location("/_fixture/generation",
                     f"            return 200 \"{state['generation']}\\n\";\n")
-    body += f"""        location ~ "^{CDN_PREFIX}(?<sha>[0-9a-f]{{64}})$" {{
-            # nginx secure_link: md5 = base64url(md5(expires + uri + " " + secret)).
+    signed = f"""            # nginx secure_link: md5 = base64url(md5(expires + uri + " " + secret)).
             secure_link $arg_md5,$arg_expires;
             secure_link_md5 "$secure_link_expires$uri {state['secret']}";
             if ($secure_link = "") {{ return 403 "invalid or missing signature\\n"; }}
             if ($secure_link = "0") {{ return 403 "signature expired\\n"; }}
-            root {q(prefix + '/data')};
-            etag off;
-            add_header ETag "\\"$sha\\"";
             add_header Accept-Ranges $fixture_accept_ranges;
-            max_ranges 1;          # multi-range requests get the full 200, like CloudFront
             limit_rate {rate};     # per connection; 0 = unlimited
-        }}
-        location / {{ return 404 "not found\\n"; }}
+"""
+    serve = f"""            max_ranges 1;          # multi-range requests get the full 200, like CloudFront
+"""
+    if mode in ("sha256", "nginx", "last-modified"):
+        validators = {"sha256": "            etag off;\n            add_header ETag \"\\\"$sha\\\"\";\n",
+                      "nginx": "",  # nginx's own ETag
+                      "last-modified": "            etag off;\n"}[mode]
+        body += f"""        location ~ "^{CDN_PREFIX}(?<sha>[0-9a-f]{{64}})$" {{
+{signed}            root {q(prefix + '/data')};
+{validators}{serve}        }}
+"""
+    else:
+        # A proxy in front of an origin (this same nginx): the answer's validators are rewritten
+        # on the way (nginx cannot drop Last-Modified or weaken an ETag of a static file).
+        rewrite = ("            proxy_hide_header ETag;\n"
+                   "            add_header ETag \"W/$upstream_http_etag\";\n" if mode == "weak" else
+                   "            proxy_hide_header ETag;\n"
+                   "            proxy_hide_header Last-Modified;\n")
+        body += f"""        location ~ "^{CDN_PREFIX}(?<sha>[0-9a-f]{{64}})$" {{
+{signed}            proxy_pass http://127.0.0.1:{state['cdn_port']}{ORIGIN_PREFIX}$sha;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+{rewrite}        }}
+        location ~ "^{ORIGIN_PREFIX}(?<sha>[0-9a-f]{{64}})$" {{
+            access_log off;
+            alias {q(prefix + '/data' + CDN_PREFIX + '$sha')};
+{serve}        }}
+"""
+    body += """        location / { return 404 "not found\\n"; }
 """
     # nginx adds Accept-Ranges itself to a full 200 but not to a 206: add it there only.
     http_extra = ("map $http_range $fixture_accept_ranges "
@@ -617,6 +650,7 @@ def public_info(state):
             "cdn": f"http://127.0.0.1:{state['cdn_port']}",
             "state_dir": state["dir"], "url_ttl": state["url_ttl"],
             "rate_limit": state["rate_limit"], "expires": state["expires"],
+            "cdn_etag": state.get("cdn_etag") or "sha256",
             "pids": {"hub": state["hub_pid"], "cdn": state["cdn_pid"]},
             "repos": repos}
     if state.get("token"):
@@ -685,6 +719,7 @@ def cmd_start(args):
     state = {"dir": state_dir, "repos": repos, "secret": secrets.token_hex(16),
              "token": args.token, "gated_metadata_public": args.gated_metadata_public,
              "rate_limit": args.rate_limit, "url_ttl": args.url_ttl, "generation": 1,
+             "cdn_etag": args.cdn_etag,
              "hub_port": None, "cdn_port": None}
     for name in ("hub", "cdn"):
         shutil.rmtree(f"{state_dir}/{name}", ignore_errors=True)
@@ -764,6 +799,8 @@ def main():
                    help="nginx limit_rate per CDN connection (0 = none)")
     s.add_argument("--url-ttl", type=int, default=3600, metavar="SECONDS",
                    help="validity of signed CDN URLs, from start/refresh")
+    s.add_argument("--cdn-etag", choices=CDN_ETAG_MODES, default="sha256",
+                   help="the CDN's validators: the Hub's (ETag = sha256) or a mirror's own")
     s.add_argument("--hash-cache", metavar="FILE",
                    help="JSON cache of file hashes (by path, size, mtime)")
     s.set_defaults(func=cmd_start)
