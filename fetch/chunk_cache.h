@@ -29,6 +29,7 @@ class ChunkCache {
   ~ChunkCache();
 
   const std::string& root() const { return root_; }
+  uint64_t limit() const { return limit_; }  // 0: none
   // The store of one remote file, by its etag (the sha256 of LFS files).
   std::shared_ptr<ChunkStore> Store(const std::string& etag, uint64_t size);
   // Present bytes over every store, and one eviction pass if they plus `incoming` exceed the

@@ -35,7 +35,8 @@ struct MapHeader {
   uint32_t chunk_size;
   uint32_t flags;
   uint64_t chunk_count;
-  char reserved[32];
+  uint64_t validator;  // ChunkStore::Validator(); 0 in stores written before it existed
+  char reserved[24];
 };
 static_assert(sizeof(MapHeader) == kHeaderSize);
 
@@ -174,6 +175,40 @@ std::atomic_ref<uint32_t> ChunkStore::Flags() const {
   return std::atomic_ref<uint32_t>(header->flags);
 }
 
+std::atomic_ref<uint64_t> ChunkStore::ValidatorWord() const {
+  auto* header = static_cast<MapHeader*>(map_.get_address());
+  return std::atomic_ref<uint64_t>(header->validator);
+}
+
+uint64_t ChunkStore::Validator() const {
+  return ValidatorWord().load(std::memory_order_acquire);
+}
+
+bool ChunkStore::AdoptValidator(uint64_t validator) {
+  uint64_t expected = 0;
+  return ValidatorWord().compare_exchange_strong(expected, validator,
+                                                 std::memory_order_acq_rel) ||
+         expected == validator;
+}
+
+bool ChunkStore::ReplaceValidator(uint64_t old, uint64_t validator) {
+  std::lock_guard in_process(store_mu_);
+  bip::scoped_lock<bip::file_lock> across_processes(store_lock_);
+  if (Published() || Validator() != old) return false;
+  // The new validator first: a reader that sees a chunk of the new version also sees it (the
+  // chunk's word is stored after it), and a download of the old version can no longer commit.
+  ValidatorWord().store(validator, std::memory_order_release);
+  for (uint64_t chunk = 0; chunk < chunk_count_; ++chunk) {
+    if (!Present(chunk)) continue;
+    // Not through claims: a fetcher may hold one on a present chunk for a moment (it then
+    // finds it absent and downloads it); writers only ever write absent chunks.
+    auto word = Word(chunk);
+    word.store((word.load(std::memory_order_relaxed) + 1) & kGeneration, std::memory_order_release);
+    PunchHole(chunk);
+  }
+  return true;
+}
+
 bool ChunkStore::Present(uint64_t chunk) const {
   return (Word(chunk).load(std::memory_order_acquire) & kPresent) != 0;
 }
@@ -294,13 +329,27 @@ int ChunkStore::Commit(const Claim& claim) { return Commit(std::vector<const Cla
 int ChunkStore::Commit(const std::vector<const Claim*>& claims) {
   // Durable first, present second: after a crash a present chunk always has its bytes.
   if (::fdatasync(data_fd_) != 0) return errno;
+  MarkPresent(claims);
+  return 0;
+}
+
+int ChunkStore::Commit(const Claim& claim, uint64_t validator) {
+  if (::fdatasync(data_fd_) != 0) return errno;
+  // Checked and marked in one step against ReplaceValidator.
+  std::lock_guard in_process(store_mu_);
+  bip::scoped_lock<bip::file_lock> across_processes(store_lock_);
+  if (Validator() != validator) return ESTALE;
+  MarkPresent({&claim});
+  return 0;
+}
+
+void ChunkStore::MarkPresent(const std::vector<const Claim*>& claims) {
   for (const Claim* claim : claims) {
     auto word = Word(claim->chunk());
     uint32_t generation = (word.load(std::memory_order_relaxed) + 1) & kGeneration;
     word.store(kPresent | generation, std::memory_order_release);
     Touch(claim->chunk());
   }
-  return 0;
 }
 
 bool ChunkStore::Evict(uint64_t chunk) {

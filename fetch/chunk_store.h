@@ -78,6 +78,22 @@ class ChunkStore {
   int Commit(const Claim& claim);
   // The same for several claimed chunks written before: one fdatasync for all.
   int Commit(const std::vector<const Claim*>& claims);
+  // A remote chunk downloaded under the server's validator `validator` (see Validator()): marked
+  // present only while the store's validator is still that one, ESTALE otherwise (the file
+  // changed on the server and another process started over with the new version meanwhile).
+  int Commit(const Claim& claim, uint64_t validator);
+
+  // Which version of a remote file the present chunks are: a fingerprint of the validator the
+  // server gave with them (its ETag, or Last-Modified), shared by every process; 0 while none
+  // is recorded (a new store, or one filled by an older aprfs). One version per store: chunks
+  // of two versions of a file never sit side by side.
+  uint64_t Validator() const;
+  // Records `validator` when none is: true when the store's validator is now `validator`.
+  bool AdoptValidator(uint64_t validator);
+  // The server now gives another version than the store's chunks are (`validator` instead of
+  // `old`): drops every present chunk and records `validator`, in one step against Commit.
+  // False when the store's validator is no longer `old`, or the store is published.
+  bool ReplaceValidator(uint64_t old, uint64_t validator);
   // Frees what a failed download of the claimed (absent) chunk wrote, so it takes no disk.
   void Discard(const Claim& claim);
 
@@ -98,6 +114,9 @@ class ChunkStore {
   std::atomic_ref<uint32_t> Word(uint64_t chunk) const;
   std::atomic_ref<uint32_t> Access(uint64_t chunk) const;
   std::atomic_ref<uint32_t> Flags() const;
+  std::atomic_ref<uint64_t> ValidatorWord() const;
+  // Marks the claimed chunks present (after they are durable). Requires store_mu_ and the lock.
+  void MarkPresent(const std::vector<const Claim*>& claims);
   void Release(int fd, uint64_t chunk);
   void Touch(uint64_t chunk);
   void PunchHole(uint64_t chunk);

@@ -35,6 +35,25 @@ struct RemoteBlob {
   std::string sha256;
 };
 
+// What identifies the version of a file a server answers from: its ETag (strong or weak), or its
+// Last-Modified date when it gives no ETag. A mirror or caching proxy in front of the Hub
+// (HF_ENDPOINT) gives its own ETags, not the sha256 the Hub's CDN gives.
+struct ServerValidator {
+  enum class Kind { None, StrongEtag, WeakEtag, LastModified };
+  Kind kind = Kind::None;
+  std::string value;  // as the server sent it: "\"abc\"", W/"abc", or the date
+
+  // Of an answer's headers: ETag first, then Last-Modified.
+  static ServerValidator Of(const HttpResponse& response);
+  // A stable 64-bit digest of kind and value, never 0 (ChunkStore::Validator()).
+  uint64_t Fingerprint() const;
+  // Whether it may go in If-Range: strong ETags and dates only (RFC 9110 §13.1.5).
+  bool UsableInIfRange() const { return kind == Kind::StrongEtag || kind == Kind::LastModified; }
+  // The ETag without W/ and quotes (huggingface_hub's _normalize_etag), "" when not an ETag.
+  std::string NormalizedEtag() const;
+  std::string Describe() const;  // ETag "abc" / weak ETag W/"abc" / Last-Modified ... / none
+};
+
 // Counters for status pages and tests.
 struct RemoteStats {
   std::atomic<uint64_t> bytes_fetched{0};
@@ -48,8 +67,13 @@ struct RemoteStats {
 // A shard on the Hub read lazily: a read waits for the chunks it touches (fetched once, however
 // many readers wait, and never twice across processes thanks to the chunk store's claims);
 // sequential streams get a read-ahead window that doubles up to a limit. Every response is
-// validated (206, Content-Range, size, ETag == sha256) before a byte is stored; a failed attempt
-// stores nothing. When the last chunk arrives, `on_complete` runs (verification, publication).
+// validated (206, Content-Range, size, the pinned validator) before a byte is stored; a failed
+// attempt stores nothing. The validator the server gives on first contact (its ETag, or
+// Last-Modified) is pinned for the file, and shared with other processes through the chunk
+// store: later requests carry it in If-Range, and an answer of another version (another
+// validator, a 200 to If-Range, a 412) fails the file's reads with EIO, never mixing versions.
+// An ETag that is a sha256 (the Hub's CDN names blobs by it) must be this file's. When the last
+// chunk arrives, `on_complete` runs (verification, publication).
 // A chunk the cache has no room for (ENOSPC even after evicting) is downloaded into memory and
 // handed to the readers waiting for it, then forgotten: a full disk slows reads, never fails them.
 class RemoteFile final : public ByteSource, public std::enable_shared_from_this<RemoteFile> {
@@ -59,6 +83,9 @@ class RemoteFile final : public ByteSource, public std::enable_shared_from_this<
              std::function<void(RemoteFile&)> on_complete = {});
 
   int Read(uint64_t offset, size_t length, char* dst) override;
+  // The server gave another version of the file than the one this process reads: every read
+  // fails (EIO) from then on.
+  bool Changed() const { return version_changed_.load(); }
   uint64_t size() const override { return blob_.size; }
   const std::string& name() const override { return name_; }
   std::string identity() const override {
@@ -112,23 +139,39 @@ class RemoteFile final : public ByteSource, public std::enable_shared_from_this<
     std::chrono::steady_clock::time_point used;
   };
 
-  void FollowStreams(uint64_t offset, size_t length);  // requires mu_
+  // Follows the read in the streams and schedules their read-ahead; returns what is left of the
+  // window for the next shard. Requires mu_.
+  uint64_t FollowStreams(uint64_t offset, size_t length);
+  // Schedules the chunks of `stream`'s window; returns what runs past our end. Requires mu_.
+  uint64_t ScheduleWindow(const Stream& stream);
   // Schedules an absent chunk as demand and waits for it: 0, EIO (a failure or the deadline;
   // logged with `what`), or ECANCELED. With `unstored`, a chunk downloaded but not stored
   // counts as arrived, its bytes put there.
   int AwaitChunk(uint64_t chunk, std::chrono::steady_clock::time_point deadline,
                  const std::function<bool()>& cancelled, const std::string& what,
                  Bytes* unstored = nullptr);
-  // Starts a stream at our beginning with `window` chunks of read-ahead.
+  // A stream at our beginning with (at least) `window` chunks of read-ahead: the reader of the
+  // previous shard is that close to its end. Passes on what runs past our end.
   void ContinueStream(uint64_t window);
   void Schedule(uint64_t chunk, Fetcher::Priority priority);  // requires mu_
   void RunFetch(uint64_t chunk);
+  // A chunk downloaded into the store, still to be made durable and marked present.
+  struct PendingCommit {
+    std::unique_ptr<ChunkStore::Claim> claim;
+    uint64_t pin = 0;  // the version of the file its bytes are (ChunkStore::Validator)
+    uint64_t length = 0;
+  };
   // What filling one chunk came to.
   struct Outcome {
-    std::string error;     // empty: stored
+    std::string error;     // empty: stored (or `commit` pending)
     Bytes unstored;        // no room on the disk: the bytes (`error` says why they are not stored)
     bool dropped = false;  // read-ahead the disk has no room for: not fetched, no failure
+    std::shared_ptr<PendingCommit> commit;  // downloaded: to commit on the commit lane
   };
+  // On the commit lane: makes the chunk durable and present, then finishes it.
+  void FinishCommit(uint64_t chunk, PendingCommit& commit);
+  // The chunk's fetch ended: its state, its waiters, and verification once the file is complete.
+  void Finish(uint64_t chunk, Outcome outcome);
   Outcome FetchChunk(uint64_t chunk);
   // The disk is full: pauses read-ahead; whether a reader waits for `chunk`.
   bool NoRoomFor(uint64_t chunk);
@@ -139,11 +182,20 @@ class RemoteFile final : public ByteSource, public std::enable_shared_from_this<
     bool fatal = false;  // retrying cannot help (404, 416, disk errors...)
     bool no_space = false;  // the cache's disk is full (ENOSPC, EDQUOT)
     HttpResponse response;  // for the retry delay (Retry-After)
+    uint64_t pin = 0;       // success: the version of the file the bytes are
   };
   // Into the store, or into `memory` when given.
   Attempt Download(const ChunkStore::Claim& claim, uint64_t chunk, std::string* memory);
   DataUrl CurrentUrl();
   void ForgetUrl(const std::string& url);
+  // Whether an answer with validator `got` is of the version this process reads, pinning it at
+  // the first answer: empty when it is (*pin: the fingerprint to commit under), else why not.
+  std::string CheckVersion(const ServerValidator& got, uint64_t* pin);
+  // Bytes just copied from the store: still the version this process reads? (Pins the store's
+  // at the first read served.) False, the file marked changed, when not.
+  bool ServedVersionOk();
+  // The file changed on the server: logged once, and every read fails from then on.
+  void NoteChanged(const std::string& why);
 
   const RemoteBlob blob_;
   const std::string name_;
@@ -163,6 +215,15 @@ class RemoteFile final : public ByteSource, public std::enable_shared_from_this<
 
   std::mutex url_mu_;
   std::optional<DataUrl> url_;
+
+  // The version this process reads: the fingerprint of the server's validator (0 until the
+  // first answer, or the first read served from chunks another process fetched).
+  std::mutex pin_mu_;
+  std::atomic<uint64_t> pin_{0};
+  std::optional<ServerValidator> validator_;  // guarded by pin_mu_; unknown while only pin_ is
+  bool send_if_range_ = true;  // guarded by pin_mu_; off once the server mishandles If-Range
+  std::atomic<bool> served_{false};   // a read was served
+  std::atomic<bool> version_changed_{false};
   std::atomic<bool> completed_{false};
 
   std::mutex cache_error_mu_;

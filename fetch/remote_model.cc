@@ -426,7 +426,7 @@ LoadedModel LoadRemoteModel(RemoteContext& context, const RemoteRepoSpec& spec) 
       auto store = context.chunks().Store(file->etag(), file->size);
       std::function<void(RemoteFile&)> on_complete = [&context, branch](RemoteFile& done) {
         std::weak_ptr<RemoteFile> weak = done.weak_from_this();
-        context.fetcher().Submit(Fetcher::Priority::Background, [&context, weak, branch] {
+        context.fetcher().Submit(Fetcher::Lane::Verify, [&context, weak, branch] {
           if (auto file = weak.lock()) VerifyAndPublish(context, *file, branch);
         });
       };

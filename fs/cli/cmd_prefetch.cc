@@ -130,7 +130,10 @@ int RunPrefetch(const PrefetchArgs& args) {
     const uint64_t before = PresentBytes(remote);
     const std::string error = [&] {
       Progress progress("fetch " + target.label, total, before);
-      std::string failure = FetchAll(remote, catalog.remote()->fetcher().workers(), progress);
+      // Twice as many chunks asked for as there are connections: while a chunk is made durable
+      // (the commit lane), its connection already has the next one.
+      std::string failure =
+          FetchAll(remote, 2 * catalog.remote()->fetcher().workers(), progress);
       progress.Finish(Interrupted()       ? "interrupted"
                       : failure.empty() ? "fetched"
                                         : "FAILED");

@@ -27,7 +27,7 @@ FAULT_PID=""
 
 cleanup() {
   # Always stop what we started, even after a failure or ^C.
-  for d in "$WORK/fxa" "$WORK/fxb"; do
+  for d in "$WORK/fxa" "$WORK/fxb" "$WORK"/fxc-*; do
     [ -f "$d/state.json" ] && timeout 30 python3 "$FIXTURE" stop "$d" >/dev/null 2>&1
   done
   if [ -n "$FAULT_PID" ]; then
@@ -375,6 +375,65 @@ test_expiry_and_refresh() {
 }
 
 # ---------------------------------------------------------------------------------
+# Fixture C: --cdn-etag, a mirror or caching proxy with validators of its own
+# ---------------------------------------------------------------------------------
+
+test_mirror_modes() {
+  local mode dir ep loc etag lm body_ok real mtime
+  for mode in nginx weak last-modified none; do
+    dir="$WORK/fxc-$mode"
+    timeout 120 python3 "$FIXTURE" start "$dir" --repo "org/tiny=$WORK/tiny" --cdn-etag "$mode" \
+      >"$WORK/fxc.json" || die "fixture C ($mode) did not start"
+    check "cdn-etag $mode: fixture.json says so" eq "$(jget "$WORK/fxc.json" 'd["cdn_etag"]')" "$mode"
+    ep=$(jget "$WORK/fxc.json" 'd["endpoint"]')
+    req -I "$ep/org/tiny/resolve/main/$SHARD"
+    check "cdn-etag $mode: the hub still gives the sha256" eq "$(hdr x-linked-etag)" "\"$SHARD_SHA\""
+    loc=$(hdr location)
+    req -r 10-19 "$loc"
+    etag=$(hdr etag)
+    lm=$(hdr last-modified)
+    body_ok=$(cmp -s "$WORK/b" <(slice "$SHARD_FILE" 10 10) && echo same)
+    check "cdn-etag $mode: 206 with the right bytes" eq "$STATUS $(hdr content-range) $body_ok" \
+      "206 bytes 10-19/$SHARD_SIZE same"
+    case "$mode" in
+      nginx)
+        check "cdn-etag nginx: a strong ETag of its own" \
+          fcmp "'$etag'.startswith('\"') and '$SHARD_SHA' not in '$etag' and len('$etag') > 2"
+        req -r 10-19 -H "If-Range: $etag" "$loc"
+        check "cdn-etag nginx: If-Range with its ETag: 206" eq "$STATUS" 206
+        check "cdn-etag nginx: the If-Range is logged" \
+          eq "$(tail -n 1 "$dir/cdn/access.log" | grep -o 'ifr="[^"]*"')" \
+          "ifr=\"$(echo "$etag" | sed 's/"/\\x22/g')\""
+        req -r 10-19 -H 'If-Range: "another"' "$loc"
+        check "cdn-etag nginx: If-Range with another ETag: the whole file (200)" \
+          eq "$STATUS $(stat -c %s "$WORK/b")" "200 $SHARD_SIZE"
+        real=$(readlink -f "$SHARD_FILE")
+        mtime=$(stat -c %Y "$real")
+        touch -d "@$((mtime + 1000))" "$real"
+        req -r 10-19 "$loc"
+        check "cdn-etag nginx: a new mtime is a new ETag" test "$(hdr etag)" != "$etag"
+        touch -d "@$mtime" "$real"
+        ;;
+      weak)
+        check "cdn-etag weak: a weak ETag" fcmp "'$etag'.startswith('W/\"')"
+        check "cdn-etag weak: Last-Modified kept" test -n "$lm"
+        ;;
+      last-modified)
+        check "cdn-etag last-modified: no ETag, a Last-Modified" eq "[$etag] $(test -n "$lm" && echo lm)" "[] lm"
+        req -r 10-19 -H "If-Range: $lm" "$loc"
+        check "cdn-etag last-modified: If-Range with the date: 206" eq "$STATUS" 206
+        req -r 10-19 -H "If-Range: Thu, 01 Jan 2004 00:00:00 GMT" "$loc"
+        check "cdn-etag last-modified: If-Range with another date: 200" eq "$STATUS" 200
+        ;;
+      none)
+        check "cdn-etag none: neither ETag nor Last-Modified" eq "[$etag] [$lm]" "[] []"
+        ;;
+    esac
+    timeout 60 python3 "$FIXTURE" stop "$dir" >/dev/null 2>&1
+  done
+}
+
+# ---------------------------------------------------------------------------------
 # fault_server.py
 # ---------------------------------------------------------------------------------
 
@@ -531,6 +590,7 @@ main() {
   test_downloads
   stop_fixture "$WORK/fxa" "$WORK/fxa.json"
   test_expiry_and_refresh
+  test_mirror_modes
   start_fault_server
   test_fault_modes
   test_fault_hub

@@ -931,7 +931,7 @@ void SeedHfCache(const std::string& hf_cache, const std::string& repo_id, const 
 
 std::vector<AccessLine> ReadAccessLog(const std::string& path) {
   static const std::regex line_re(
-      R"re(^\S+ \[[^\]]*\] "(\S+) (\S+)[^"]*" (\d+) (\d+) range="([^"]*)" conn=(\d+) req=(\d+) rt=[\d.]+(?: auth="([^"]*)")?)re");
+      R"re(^\S+ \[[^\]]*\] "(\S+) (\S+)[^"]*" (\d+) (\d+) range="([^"]*)" conn=(\d+) req=(\d+) rt=[\d.]+(?: auth="([^"]*)")?(?: ifr="([^"]*)")?)re");
   static const std::regex range_re(R"(^bytes=(\d+)-(\d+)$)");
   static const std::regex sha_re(R"(/xet-bridge/([0-9a-f]{64}))");
   std::vector<AccessLine> lines;
@@ -951,6 +951,9 @@ std::vector<AccessLine> ReadAccessLog(const std::string& path) {
     line.req = std::stoull(m[7]);
     line.auth_logged = m[8].matched;
     line.auth = m[8];
+    // nginx writes the If-Range's double quotes as \x22, and an absent header as "-".
+    line.if_range = std::regex_replace(m[9].str(), std::regex(R"(\\x22)"), "\"");
+    if (line.if_range == "-") line.if_range.clear();
     std::smatch r;
     if (std::regex_match(line.range, r, range_re)) {
       line.has_range = true;
@@ -1018,13 +1021,13 @@ bool HubFixture::Refresh(std::string* error) {
 bool HubFixture::EnableAuthLogging(std::string* error) {
   const std::string conf = state_dir_ + "/cdn/nginx.conf";
   std::string text = SlurpOrEmpty(conf);
-  const std::string from = "'rt=$request_time';";
+  const std::string from = "rt=$request_time ";
   size_t at = text.find(from);
   if (at == std::string::npos) {
     *error = "no log_format to extend in " + conf;
     return false;
   }
-  text.replace(at, from.size(), "'rt=$request_time auth=\"$http_authorization\"';");
+  text.replace(at, from.size(), "rt=$request_time auth=\"$http_authorization\" ");
   WriteText(conf, text);
   pid_t pid = info_["pids"].value("cdn", -1);
   if (pid <= 0 || kill(pid, SIGHUP) != 0) {

@@ -234,6 +234,7 @@ struct AccessLine {
   uint64_t conn = 0, req = 0;
   std::string auth;  // only once EnableAuthLogging() was called; "-" when absent
   bool auth_logged = false;
+  std::string if_range;  // the If-Range header the client sent; empty when none
   std::string raw;
 };
 std::vector<AccessLine> ReadAccessLog(const std::string& path);

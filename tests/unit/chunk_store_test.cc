@@ -778,6 +778,68 @@ TEST_F(ChunkStoreTest, DropAllDropsEveryChunk) {
   EXPECT_EQ(store->PresentCount(), 0u);
 }
 
+// Which version of a remote file the chunks are (the fingerprint of the server's ETag or
+// Last-Modified): recorded once, shared across processes and restarts; replacing it drops every
+// chunk of the old version, and a download of the old version can then no longer be committed.
+TEST_F(ChunkStoreTest, ValidatorIsRecordedOnceAndReplacingItDropsTheOldVersion) {
+  const uint64_t size = 3 * kChunk + 10;
+  const std::string v1 = PseudoRandomBytes(size, 31), v2 = PseudoRandomBytes(size, 32);
+  auto store = ChunkStore::Open(Dir(), size, kChunk);
+  EXPECT_EQ(store->Validator(), 0u) << "a new store records no version";
+  EXPECT_TRUE(store->AdoptValidator(111));
+  EXPECT_TRUE(store->AdoptValidator(111)) << "the same version again";
+  EXPECT_FALSE(store->AdoptValidator(222)) << "another version is not adopted over it";
+  EXPECT_EQ(store->Validator(), 111u);
+
+  // Chunks 0 and 1 of version 111; chunk 2 is being downloaded (claimed) as 111 too.
+  for (uint64_t chunk : {0, 1}) {
+    auto claim = store->TryClaim(chunk);
+    ASSERT_TRUE(claim);
+    ASSERT_EQ(store->Write(*claim, store->ChunkBegin(chunk),
+                           std::string_view(v1).substr(store->ChunkBegin(chunk), kChunk)), 0);
+    ASSERT_EQ(store->Commit(*claim, 111), 0);
+  }
+  auto late = store->TryClaim(2);
+  ASSERT_TRUE(late);
+  ASSERT_EQ(store->Write(*late, 2 * kChunk, std::string_view(v1).substr(2 * kChunk, kChunk)), 0);
+
+  EXPECT_FALSE(store->ReplaceValidator(999, 222)) << "replaced although it was not 999";
+  EXPECT_EQ(store->PresentCount(), 2u);
+  const uint64_t blocks = BlocksOf(Dir() + "/data");
+  ASSERT_TRUE(store->ReplaceValidator(111, 222));
+  EXPECT_EQ(store->Validator(), 222u);
+  EXPECT_EQ(store->PresentCount(), 0u) << "chunks of the old version kept";
+  EXPECT_LT(BlocksOf(Dir() + "/data"), blocks) << "their disk space was not freed";
+  // The download of the old version that was in flight cannot make its chunk present.
+  EXPECT_EQ(store->Commit(*late, 111), ESTALE);
+  EXPECT_FALSE(store->Present(2));
+  late.reset();
+
+  // The new version fills the store; another process sees the same version.
+  auto claim = store->TryClaim(0);
+  ASSERT_TRUE(claim);
+  ASSERT_EQ(store->Write(*claim, 0, std::string_view(v2).substr(0, kChunk)), 0);
+  ASSERT_EQ(store->Commit(*claim, 222), 0);
+  claim.reset();
+  Child child([&]() -> int {
+    auto other = ChunkStore::Open(Dir(), size, kChunk);
+    std::string bytes(kChunk, '\0');
+    if (other->Validator() != 222) return 1;
+    if (other->Read(0, kChunk, bytes.data()) != 0 || bytes != v2.substr(0, kChunk)) return 2;
+    return 0;
+  });
+  EXPECT_EQ(child.Wait(), 0);
+  store.reset();
+  store = ChunkStore::Open(Dir(), size, kChunk);
+  EXPECT_EQ(store->Validator(), 222u) << "not kept across a restart";
+  // A published store keeps its version: its bytes are verified.
+  ASSERT_TRUE(FillAll(*store, v2));
+  ASSERT_TRUE(store->MarkPublished());
+  EXPECT_FALSE(store->ReplaceValidator(222, 333));
+  EXPECT_TRUE(store->Complete());
+  EXPECT_EQ(store->Validator(), 222u);
+}
+
 TEST_F(ChunkStoreTest, ProcessesCreatingTheSameStoreConcurrentlyAgree) {
   constexpr int kProcesses = 8;
   const uint64_t size = kProcesses * kChunk + 17;

@@ -1,5 +1,6 @@
 // The download worker pool (fetch/fetcher.h): demand tasks before prefetch, background last;
-// tasks run concurrently up to the worker count; destruction with queued tasks returns.
+// tasks run concurrently up to the worker count; destruction with queued tasks returns; the
+// commit and verify lanes run beside the workers, and commits queued at destruction still run.
 #include "fetch/fetcher.h"
 
 #include <gtest/gtest.h>
@@ -177,6 +178,56 @@ TEST(FetcherTest, TasksSubmittedFromTasksRun) {
     done.fetch_add(1);
   });
   EXPECT_TRUE(WaitFor([&] { return done.load() == 2; }));
+}
+
+TEST(FetcherTest, LanesRunBesideBusyWorkers) {
+  // Every worker (connection) is busy: a commit and a verification still run, each on its lane,
+  // and a long verification holds up neither the commits nor the workers' queue.
+  Fetcher fetcher(1);
+  Gate worker_started, release_worker, verify_started, release_verify;
+  fetcher.Submit(Priority::Demand, [&] {
+    worker_started.Open();
+    release_worker.Wait();
+  });
+  ASSERT_TRUE(worker_started.Wait());
+  fetcher.Submit(Fetcher::Lane::Verify, [&] {
+    verify_started.Open();
+    release_verify.Wait();
+  });
+  ASSERT_TRUE(verify_started.Wait()) << "the verify lane waited for a worker";
+  std::atomic<int> commits{0};
+  for (int i = 0; i < 3; ++i) fetcher.Submit(Fetcher::Lane::Commit, [&] { commits.fetch_add(1); });
+  EXPECT_TRUE(WaitFor([&] { return commits.load() == 3; })) << "commits waited";
+  EXPECT_EQ(fetcher.Queued(Fetcher::Lane::Commit), 0u);
+  release_worker.Open();
+  std::atomic<bool> next{false};
+  fetcher.Submit(Priority::Prefetch, [&] { next = true; });
+  EXPECT_TRUE(WaitFor([&] { return next.load(); })) << "the worker waited for the verification";
+  release_verify.Open();
+}
+
+TEST(FetcherTest, CommitsQueuedAtDestructionRunVerificationsDoNot) {
+  std::atomic<int> commits{0}, verifications{0};
+  Gate started, release;
+  auto fetcher = std::make_unique<Fetcher>(1);
+  // The commit lane is held up by a first commit, the verify lane by a first verification.
+  fetcher->Submit(Fetcher::Lane::Commit, [&] {
+    started.Open();
+    release.Wait();
+    commits.fetch_add(1);
+  });
+  fetcher->Submit(Fetcher::Lane::Verify, [&] { release.Wait(); });
+  ASSERT_TRUE(started.Wait());
+  for (int i = 0; i < 5; ++i) {
+    fetcher->Submit(Fetcher::Lane::Commit, [&] { commits.fetch_add(1); });
+    fetcher->Submit(Fetcher::Lane::Verify, [&] { verifications.fetch_add(1); });
+  }
+  auto destroyed = std::async(std::launch::async, [&] { fetcher.reset(); });
+  EXPECT_EQ(destroyed.wait_for(50ms), std::future_status::timeout);
+  release.Open();
+  ASSERT_EQ(destroyed.wait_for(30s), std::future_status::ready) << "~Fetcher hung";
+  EXPECT_EQ(commits.load(), 6) << "queued commits were dropped (what was downloaded is lost)";
+  EXPECT_EQ(verifications.load(), 0) << "queued verifications ran during the unmount";
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 
 #include "fetch/http.h"
 #include "fetch/hub_client.h"
+#include "fetch/remote_file.h"
 #include "fetch/remote_model.h"
 
 namespace aprfs {
@@ -334,6 +335,59 @@ TEST(HttpRedactionTest, TheTokenNeverAppearsInDescriptions) {
   EXPECT_EQ(text, "https://hub.example/api?t=***: HTTP 401 Unauthorized (bad token *** (***))");
   response.transport_error = "cut at hf_secretTOKEN123";
   EXPECT_EQ(response.Describe(), "https://hub.example/api?t=***: cut at ***");
+}
+
+// ---- ServerValidator: what names the version of a file a server (the Hub's CDN, a mirror)
+// answers from ----
+
+HttpResponse WithHeaders(std::map<std::string, std::string> headers) {
+  HttpResponse response;
+  response.status = 206;
+  response.headers = std::move(headers);
+  return response;
+}
+
+TEST(ServerValidatorTest, EtagFirstThenLastModified) {
+  using K = ServerValidator::Kind;
+  const std::string date = "Wed, 25 Nov 2026 10:00:00 GMT";
+  ServerValidator strong = ServerValidator::Of(WithHeaders({{"etag", "\"6566a1b2-1a2b\""},
+                                                            {"last-modified", date}}));
+  EXPECT_EQ(strong.kind, K::StrongEtag);
+  EXPECT_EQ(strong.value, "\"6566a1b2-1a2b\"");
+  EXPECT_EQ(strong.NormalizedEtag(), "6566a1b2-1a2b");
+  EXPECT_TRUE(strong.UsableInIfRange());
+
+  ServerValidator weak = ServerValidator::Of(WithHeaders({{"etag", "W/\"abc\""}}));
+  EXPECT_EQ(weak.kind, K::WeakEtag);
+  EXPECT_EQ(weak.NormalizedEtag(), "abc");
+  EXPECT_FALSE(weak.UsableInIfRange()) << "RFC 9110: no weak ETag in If-Range";
+
+  ServerValidator dated = ServerValidator::Of(WithHeaders({{"last-modified", date}}));
+  EXPECT_EQ(dated.kind, K::LastModified);
+  EXPECT_EQ(dated.value, date);
+  EXPECT_EQ(dated.NormalizedEtag(), "");
+  EXPECT_TRUE(dated.UsableInIfRange());
+
+  ServerValidator none = ServerValidator::Of(WithHeaders({{"content-range", "bytes 0-1/2"}}));
+  EXPECT_EQ(none.kind, K::None);
+  EXPECT_FALSE(none.UsableInIfRange());
+}
+
+TEST(ServerValidatorTest, FingerprintsTellVersionsApartAndAreStable) {
+  auto of = [](std::map<std::string, std::string> headers) {
+    return ServerValidator::Of(WithHeaders(std::move(headers))).Fingerprint();
+  };
+  std::set<uint64_t> seen = {of({{"etag", "\"a\""}}), of({{"etag", "W/\"a\""}}),
+                             of({{"etag", "\"b\""}}), of({{"last-modified", "\"a\""}}),
+                             of({})};
+  EXPECT_EQ(seen.size(), 5u) << "two versions (or kinds) share a fingerprint";
+  EXPECT_EQ(seen.count(0), 0u) << "0 means 'none recorded' in the chunk store";
+  EXPECT_EQ(of({{"etag", "\"a\""}}), of({{"etag", "\"a\""}, {"last-modified", "x"}}));
+  // Shared with other processes and other builds through the chunk store: a fixed function.
+  EXPECT_EQ(of({}), ServerValidator{}.Fingerprint());
+  ServerValidator fixed{ServerValidator::Kind::StrongEtag, "\"a\""};
+  EXPECT_EQ(fixed.Fingerprint(), of({{"etag", "\"a\""}}));
+  EXPECT_EQ(fixed.Fingerprint(), 0xa8e52876b40f3729ull) << "FNV-1a of the kind and the value";
 }
 
 }  // namespace
