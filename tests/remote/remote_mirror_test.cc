@@ -166,16 +166,19 @@ TEST_P(RemoteMirrorBytesTest, ExactBytesOfTheAprAndTheValidatorSentBack) {
       << mount->Log();
 }
 
+// "last-modified" -> "last_modified": test names take no dashes.
+std::string MirrorCaseName(const ::testing::TestParamInfo<MirrorCase>& info) {
+  std::string name = info.param.mode;
+  std::replace(name.begin(), name.end(), '-', '_');
+  return name;
+}
+
 INSTANTIATE_TEST_SUITE_P(Modes, RemoteMirrorBytesTest,
                          ::testing::Values(MirrorCase{"sha256", "etag"}, MirrorCase{"nginx", "etag"},
                                            MirrorCase{"weak", ""},
                                            MirrorCase{"last-modified", "date"},
                                            MirrorCase{"none", ""}),
-                         [](const ::testing::TestParamInfo<MirrorCase>& info) {
-                           std::string name = info.param.mode;
-                           std::replace(name.begin(), name.end(), '-', '_');
-                           return name;
-                         });
+                         MirrorCaseName);
 
 // The file is replaced on the mirror after a read of its first chunk: the reader still gets the
 // first version's bytes from the cache, then EIO where a chunk must come from the mirror (and,
@@ -251,11 +254,7 @@ TEST_P(RemoteMirrorChangeTest, FileReplacedMidReadGivesEioNeverMixedBytes) {
 INSTANTIATE_TEST_SUITE_P(Modes, RemoteMirrorChangeTest,
                          ::testing::Values(MirrorCase{"nginx", "etag"}, MirrorCase{"weak", ""},
                                            MirrorCase{"last-modified", "date"}),
-                         [](const ::testing::TestParamInfo<MirrorCase>& info) {
-                           std::string name = info.param.mode;
-                           std::replace(name.begin(), name.end(), '-', '_');
-                           return name;
-                         });
+                         MirrorCaseName);
 
 // Two mounts share the chunk cache. A has read the first version's chunk 0 when the file is
 // replaced on the mirror. B mounts and is served chunk 0 (the first version) from the cache,
