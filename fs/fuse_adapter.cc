@@ -186,6 +186,7 @@ void OnOpen(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
     fuse_reply_err(req, EROFS);
     return;
   }
+  Session& session = Context(req);
   auto handle = std::make_unique<OpenFile>();
   if (std::optional<std::string> snapshot = Ns(req).ControlContent(ino)) {
     // Taken now, so one open reads one consistent snapshot; never cached, since the next open
@@ -212,7 +213,6 @@ void OnOpen(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
     // (about 2x slower on a first read) but mmap needs it and later loads reuse it. The kernel
     // drops a direct I/O file's cache at every mmap(), so once a file's cache was filled
     // (a mapping faulted), its opens keep that cache.
-    Session& session = Context(req);
     if (session.direct_io) {
       std::lock_guard lock(session.cached_mu);
       handle->direct_io = session.page_cached.count(ino) == 0;
@@ -220,7 +220,6 @@ void OnOpen(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
     fi->direct_io = handle->direct_io;
   }
   fi->fh = reinterpret_cast<uint64_t>(handle.get());
-  Session& session = Context(req);
   {
     // Before the reply: its release may come right after it, on another thread.
     std::lock_guard lock(session.open_mu);

@@ -3,7 +3,8 @@
 #include <linux/fuse.h>
 #include <unistd.h>
 
-#include <cerrno>
+#include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <vector>
 
