@@ -791,7 +791,8 @@ ChunkMap ReadChunkMap(const std::string& store_dir) {
     return map.error = "inconsistent map header", map;
   }
   for (uint64_t i = 0; i < count; ++i) {
-    map.present.push_back((Le(bytes, 64 + 4 * i, 4) & 0x80000000u) != 0);
+    map.words.push_back(static_cast<uint32_t>(Le(bytes, 64 + 4 * i, 4)));
+    map.present.push_back((map.words.back() & 0x80000000u) != 0);
   }
   return map;
 }
@@ -824,6 +825,8 @@ std::vector<std::string> CheckStoreAgainst(const std::string& store_dir,
     std::string got(length, '\0'), want(length, '\0');
     int64_t n = PreadFull(data.get(), got.data(), length, begin);
     PreadFull(source.get(), want.data(), length, begin);
+    ChunkMap after = ReadChunkMap(store_dir);
+    if (after.error.empty() && after.words[chunk] != map.words[chunk]) continue;
     if (n != static_cast<int64_t>(length)) {
       problems.push_back(store_dir + ": present chunk " + std::to_string(chunk) +
                          " cannot be read from data");

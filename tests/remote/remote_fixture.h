@@ -195,6 +195,7 @@ struct ChunkMap {
   uint32_t chunk_size = 0;
   uint32_t flags = 0;
   std::vector<bool> present;
+  std::vector<uint32_t> words;  // each chunk's state word: present bit and generation
   uint64_t PresentBytes() const;
   uint64_t PresentCount() const;
   uint64_t ChunkLength(uint64_t chunk) const;
@@ -203,7 +204,9 @@ ChunkMap ReadChunkMap(const std::string& store_dir);
 // Sum of present chunk lengths over every store under <cache-dir>/chunks.
 uint64_t PresentBytesInCache(const std::string& cache_dir);
 // Every present chunk of the store's data file equals the same bytes of `source_file`;
-// problems otherwise ("chunk 2 differs at byte ...").
+// problems otherwise ("chunk 2 differs at byte ..."). A chunk whose state word changed while
+// its bytes were read (the daemon evicted or fetched it meanwhile) is skipped, as the daemon's
+// own readers would retry it.
 std::vector<std::string> CheckStoreAgainst(const std::string& store_dir,
                                            const std::string& source_file);
 

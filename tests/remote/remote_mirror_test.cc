@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <ostream>
 
 #include "tests/remote/remote_test_util.h"
 
@@ -24,6 +25,9 @@ struct MirrorCase {
   std::string mode;      // hub_fixture.py --cdn-etag
   std::string if_range;  // what later requests must carry: "etag", "date", or "" (nothing)
 };
+
+// For gtest's GetParam() lines, which otherwise dump the struct's bytes.
+void PrintTo(const MirrorCase& c, std::ostream* out) { *out << c.mode; }
 
 // The validators the CDN gives for a file (headers of a range answer, redirects followed).
 struct Validators {
@@ -225,6 +229,7 @@ TEST_P(RemoteMirrorChangeTest, FileReplacedMidReadGivesEioNeverMixedBytes) {
   std::vector<std::string> problems = CheckAprPrefix(read.bytes, layout, original);
   EXPECT_TRUE(problems.empty()) << "bytes of the new version were served:\n" << Join(problems);
 
+  WaitFor([&] { return Count(mount->LogText(), "changed on the server") > 0; }, 10s);
   const std::string log = mount->LogText();
   EXPECT_EQ(Count(log, "changed on the server"), 1u) << mount->Log();
   const size_t at = log.find("changed on the server");
@@ -288,6 +293,8 @@ TEST_F(RemoteMirrorTest, MountsSharingTheCacheNeverMixVersionsAndANewMountReadsT
   EXPECT_EQ(read_b.error, EIO);
   std::vector<std::string> problems = CheckAprPrefix(read_b.bytes, layout, original);
   EXPECT_TRUE(problems.empty()) << "B mixed in the new version:\n" << Join(problems);
+  // The daemon fails the read, then logs why: wait for the line.
+  WaitFor([&] { return Count(b->LogText(), "changed on the server") > 0; }, 10s);
   EXPECT_EQ(Count(b->LogText(), "changed on the server"), 1u) << b->Log();
 
   // A: the first version's chunks are gone, the mirror has only the second: EIO, never its bytes.
@@ -295,6 +302,7 @@ TEST_F(RemoteMirrorTest, MountsSharingTheCacheNeverMixVersionsAndANewMountReadsT
   EXPECT_EQ(ReadRange(a->Path("large.apr"), in_chunk1, 4096, &got), EIO)
       << (got == v2.TensorBytes("l.weight").substr(kChunk + (1 << 20), 4096) ? "v2 bytes" : "");
   EXPECT_EQ(ReadInChunk0(a->Path("large.apr"), layout, &got), EIO);
+  WaitFor([&] { return Count(a->LogText(), "changed on the server") > 0; }, 10s);
   EXPECT_EQ(Count(a->LogText(), "changed on the server"), 1u) << a->Log();
   Unmount(b);
 
