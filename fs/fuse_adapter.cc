@@ -3,6 +3,7 @@
 #define FUSE_USE_VERSION 314
 #include "fs/fuse_adapter.h"
 #include "fs/fuse_init_patch.h"
+#include "fs/read_ahead.h"
 #include "fs/mount/mountinfo.h"
 
 #include <fuse_lowlevel.h>
@@ -103,6 +104,7 @@ struct OpenFile {
   std::shared_ptr<const BuiltModel> model;
   std::shared_ptr<VirtualFile> file;
   std::string snapshot;
+  std::shared_ptr<ReadAhead> read_ahead;  // direct I/O opens: a sequential reader's next windows
 };
 
 OpenFile& Handle(struct fuse_file_info* fi) { return *reinterpret_cast<OpenFile*>(fi->fh); }
@@ -218,6 +220,15 @@ void OnOpen(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
       handle->direct_io = session.page_cached.count(ino) == 0;
     }
     fi->direct_io = handle->direct_io;
+    if (handle->direct_io && !handle->file->computes()) {
+      // Read ahead like a direct read: the sources' pages stay the one cached copy.
+      handle->read_ahead = std::make_shared<ReadAhead>(
+          [file = handle->file](uint64_t offset, size_t length, char* dst) {
+            ReadOptions options;
+            options.source_pages = SourcePages::kKeep;
+            return file->Read(offset, length, dst, options);
+          });
+    }
   }
   fi->fh = reinterpret_cast<uint64_t>(handle.get());
   {
@@ -250,8 +261,11 @@ void OnRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset,
     ReadSnapshot(req, handle.snapshot, size, offset);
     return;
   }
-  VirtualFile& file = *handle.file;
-  ReadCounters& counters = file.counters();
+  // Copies, not references: once the reply is sent the reader may close the file and its
+  // release free the handle while this thread still works after the reply (the CRC).
+  const std::shared_ptr<VirtualFile> file = handle.file;
+  const std::shared_ptr<ReadAhead> read_ahead = handle.read_ahead;
+  ReadCounters& counters = file->counters();
   // One buffer per worker thread, reused: memory stays bounded by threads x max request.
   thread_local std::unique_ptr<char[]> buffer;
   thread_local size_t capacity = 0;
@@ -271,15 +285,24 @@ void OnRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset,
   ReadOptions options;
   options.cancelled = [req] { return fuse_req_interrupted(req) != 0; };
   options.source_pages = fills_page_cache ? SourcePages::kDrop : SourcePages::kKeep;
-  ssize_t n = file.Read(static_cast<uint64_t>(offset), size, buffer.get(), options);
+  options.deliver = [req, &counters](const char* bytes, size_t length) {
+    counters.reads++;
+    counters.bytes_read += length;
+    fuse_reply_buf(req, bytes, length);
+  };
+  if (!fills_page_cache && read_ahead) {
+    auto deliver = [req, &counters](const struct iovec* iov, int count) {
+      counters.reads++;
+      for (int i = 0; i < count; ++i) counters.bytes_read += iov[i].iov_len;
+      fuse_reply_iov(req, iov, count);
+    };
+    if (read_ahead->TryServe(static_cast<uint64_t>(offset), size, deliver)) return;
+  }
+  ssize_t n = file->Read(static_cast<uint64_t>(offset), size, buffer.get(), options);
   if (n < 0) {
     if (n == -EIO) counters.errors++;
     fuse_reply_err(req, static_cast<int>(-n));
-    return;
   }
-  counters.reads++;
-  counters.bytes_read += static_cast<uint64_t>(n);
-  fuse_reply_buf(req, buffer.get(), static_cast<size_t>(n));
 }
 
 void OnRelease(fuse_req_t req, fuse_ino_t /*ino*/, struct fuse_file_info* fi) {

@@ -40,9 +40,16 @@ struct ComputeSettings {
 // copy of the model (a direct read, which leaves nothing in the FUSE file's cache).
 enum class SourcePages { kDrop, kKeep };
 
+// Hands a read's bytes to the reader (e.g. replies to the FUSE request).
+using Deliver = std::function<void(const char* bytes, size_t length)>;
+
 struct ReadOptions {
   CancelCheck cancelled;  // asked while a footer read waits for the CRC
   SourcePages source_pages = SourcePages::kDrop;
+  // When set, a read that succeeds delivers its bytes as soon as they are ready, before the
+  // bookkeeping that follows (the footer CRC), so the reader goes on meanwhile; not called on
+  // failure. The caller must not deliver them again.
+  Deliver deliver;
 };
 
 // A file of a model (.apr or a computed view), served from its plan: the prefix from memory,
@@ -60,6 +67,9 @@ class VirtualFile {
   FooterCrc& footer_crc() { return crc_; }
   ReadCounters& counters() { return *counters_; }
   const std::shared_ptr<ChunkStore>& store() const { return compute_.store; }
+  // Whether any byte is computed (encoded) rather than copied from a source: such bytes cost
+  // the CPU of every core, so they are computed only when asked for, never read ahead.
+  bool computes() const { return computes_; }
 
   // What must hold before serving (see ComputeSettings::prepare): 0 or an errno. Cheap after
   // the first call.
@@ -88,6 +98,7 @@ class VirtualFile {
   std::shared_ptr<ReadCounters> counters_;
   ComputeSettings compute_;
   FooterCrc crc_;
+  bool computes_ = false;
 
   std::once_flag prepared_;
   int prepare_error_ = 0;

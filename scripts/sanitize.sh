@@ -22,7 +22,7 @@ KINDS=("$@")
 command -v ninja >/dev/null && export CMAKE_GENERATOR=${CMAKE_GENERATOR:-Ninja}
 
 # Tests where threads or processes meet: what TSan is for.
-TSAN_TESTS='^(ChunkStore|ChunkCache|Fetcher|FooterCrc|HfCacheWriter|VirtualFile|RemoteConcurrency|RemoteLoad|Load|ReplacedShard)'
+TSAN_TESTS='^(ChunkStore|ChunkCache|Fetcher|FooterCrc|ReadAhead|HfCacheWriter|VirtualFile|RemoteConcurrency|RemoteLoad|Load|ReplacedShard)'
 TSAN_TESTS+='|Concurrent|Racing|Threads|Killed|Sigterm|Lazy'
 
 build_dir() {
