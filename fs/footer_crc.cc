@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <chrono>
 #include <memory>
 
 #include "format/apr/crc32.h"
@@ -117,29 +116,6 @@ void FooterCrc::Observe(uint64_t offset, std::string_view bytes) {
   }
 }
 
-void FooterCrc::Expect() {
-  std::lock_guard lock(mu_);
-  ++expected_;
-}
-
-void FooterCrc::Observe(uint64_t offset, std::string_view bytes, bool expected) {
-  Observe(offset, bytes);
-  if (!expected) return;
-  std::lock_guard lock(mu_);
-  --expected_;
-  observed_.notify_all();
-}
-
-int FooterCrc::AwaitExpected(const CancelCheck& cancelled) {
-  std::unique_lock lock(mu_);
-  while (expected_ > 0 && !result_) {
-    if (cancelled && cancelled()) return EINTR;
-    // Polled: an interrupt of the footer read does not notify us.
-    observed_.wait_for(lock, std::chrono::milliseconds(50));
-  }
-  return 0;
-}
-
 std::optional<uint32_t> FooterCrc::Known() const {
   std::lock_guard lock(mu_);
   return result_;
@@ -161,8 +137,6 @@ uint64_t FooterCrc::ObservedBytes() const {
 
 int FooterCrc::Compute(const RangeReader& read, const CancelCheck& cancelled, uint32_t* crc) {
   std::lock_guard compute_lock(compute_mu_);
-  // Bytes already served are about to be observed: cheaper to wait than to read them again.
-  if (int err = AwaitExpected(cancelled)) return err;
   if (auto known = Known()) {
     *crc = *known;
     return 0;

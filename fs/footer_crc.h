@@ -1,6 +1,5 @@
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -29,11 +28,6 @@ class FooterCrc {
 
   // Bytes just served at `offset` (the part beyond covered_length is ignored).
   void Observe(uint64_t offset, std::string_view bytes);
-  // Bytes served before they are observed (the reader goes on while their CRC is computed):
-  // Expect() before serving them, then Observe(..., expected = true). A footer read meanwhile
-  // waits for them rather than reading them again.
-  void Expect();
-  void Observe(uint64_t offset, std::string_view bytes, bool expected);
   // The CRC of [0, covered_length): known, or completed by reading what is missing.
   // Returns 0 or an errno (EINTR when cancelled; progress made so far is kept).
   int Compute(const RangeReader& read, const CancelCheck& cancelled, uint32_t* crc);
@@ -76,12 +70,7 @@ class FooterCrc {
 
   const uint64_t length_;
   const size_t block_count_;
-  // Waits (polling `cancelled`) until no expected observation is pending: 0 or EINTR.
-  int AwaitExpected(const CancelCheck& cancelled);
-
   mutable std::mutex mu_;
-  std::condition_variable observed_;  // with mu_: an expected observation was made
-  size_t expected_ = 0;               // observations announced and not made yet
   std::vector<std::unique_ptr<Block[]>> pages_;
   size_t complete_blocks_ = 0;
   std::optional<uint32_t> result_;

@@ -262,7 +262,7 @@ void OnRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset,
     return;
   }
   // Copies, not references: once the reply is sent the reader may close the file and its
-  // release free the handle while this thread still works after the reply (the CRC).
+  // release free the handle while this thread still works after the reply (the read ahead).
   const std::shared_ptr<VirtualFile> file = handle.file;
   const std::shared_ptr<ReadAhead> read_ahead = handle.read_ahead;
   ReadCounters& counters = file->counters();
@@ -285,11 +285,6 @@ void OnRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset,
   ReadOptions options;
   options.cancelled = [req] { return fuse_req_interrupted(req) != 0; };
   options.source_pages = fills_page_cache ? SourcePages::kDrop : SourcePages::kKeep;
-  options.deliver = [req, &counters](const char* bytes, size_t length) {
-    counters.reads++;
-    counters.bytes_read += length;
-    fuse_reply_buf(req, bytes, length);
-  };
   if (!fills_page_cache && read_ahead) {
     auto deliver = [req, &counters](const struct iovec* iov, int count) {
       counters.reads++;
@@ -302,7 +297,11 @@ void OnRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset,
   if (n < 0) {
     if (n == -EIO) counters.errors++;
     fuse_reply_err(req, static_cast<int>(-n));
+    return;
   }
+  counters.reads++;
+  counters.bytes_read += static_cast<uint64_t>(n);
+  fuse_reply_buf(req, buffer.get(), static_cast<size_t>(n));
 }
 
 void OnRelease(fuse_req_t req, fuse_ino_t /*ino*/, struct fuse_file_info* fi) {

@@ -303,10 +303,7 @@ int VirtualFile::ReadStored(uint64_t offset, size_t length, char* dst, SourcePag
 
 ssize_t VirtualFile::Read(uint64_t offset, size_t length, char* dst, const ReadOptions& options) {
   const SourcePages pages = options.source_pages;
-  if (offset >= plan_.total_size) {
-    if (options.deliver) options.deliver(dst, 0);
-    return 0;
-  }
+  if (offset >= plan_.total_size) return 0;
   if (int err = Prepare()) return -err;
   length = std::min<uint64_t>(length, plan_.total_size - offset);
   size_t body = offset < plan_.footer_offset
@@ -314,13 +311,6 @@ ssize_t VirtualFile::Read(uint64_t offset, size_t length, char* dst, const ReadO
                     : 0;
   if (body > 0) {
     if (int err = ReadStored(offset, body, dst, pages)) return -err;
-    if (body == length && options.deliver) {
-      // The reader goes on while this thread computes the CRC of what it served.
-      crc_.Expect();
-      options.deliver(dst, length);
-      crc_.Observe(offset, std::string_view(dst, body), /*expected=*/true);
-      return static_cast<ssize_t>(length);
-    }
     crc_.Observe(offset, std::string_view(dst, body));
   }
   if (body < length) {  // the request reaches into the footer
@@ -334,7 +324,6 @@ ssize_t VirtualFile::Read(uint64_t offset, size_t length, char* dst, const ReadO
     uint64_t footer_pos = offset + body - plan_.footer_offset;
     std::memcpy(dst + body, footer + footer_pos, length - body);
   }
-  if (options.deliver) options.deliver(dst, length);
   return static_cast<ssize_t>(length);
 }
 

@@ -40,16 +40,9 @@ struct ComputeSettings {
 // copy of the model (a direct read, which leaves nothing in the FUSE file's cache).
 enum class SourcePages { kDrop, kKeep };
 
-// Hands a read's bytes to the reader (e.g. replies to the FUSE request).
-using Deliver = std::function<void(const char* bytes, size_t length)>;
-
 struct ReadOptions {
   CancelCheck cancelled;  // asked while a footer read waits for the CRC
   SourcePages source_pages = SourcePages::kDrop;
-  // When set, a read that succeeds delivers its bytes as soon as they are ready, before the
-  // bookkeeping that follows (the footer CRC), so the reader goes on meanwhile; not called on
-  // failure. The caller must not deliver them again.
-  Deliver deliver;
 };
 
 // A file of a model (.apr or a computed view), served from its plan: the prefix from memory,

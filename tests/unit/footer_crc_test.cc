@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -374,40 +373,6 @@ TEST(FooterCrc, ConcurrentComputesAgree) {
     EXPECT_EQ(values[t], Reference(length));
   }
   EXPECT_EQ(reader.bytes, length - kMiB) << "concurrent computes read bytes twice";
-}
-
-// Bytes served before they are observed: a footer read arriving in between waits for their
-// observation instead of reading them again, and can be cancelled while it waits.
-TEST(FooterCrc, ComputeWaitsForExpectedObservationsInsteadOfRereading) {
-  const uint64_t length = 9 * kMiB + 5;
-  FooterCrc crc(length);
-  crc.Observe(0, Slice(0, 5 * kMiB));
-  crc.Expect();
-  std::atomic<bool> computing{false};
-  std::thread observer([&] {
-    while (!computing) std::this_thread::yield();
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    crc.Observe(5 * kMiB, Slice(5 * kMiB, length - 5 * kMiB), /*expected=*/true);
-  });
-  RecordingReader reader;
-  uint32_t value = 0;
-  computing = true;
-  ASSERT_EQ(crc.Compute(reader.Reader(), {}, &value), 0);
-  observer.join();
-  EXPECT_EQ(value, Reference(length));
-  EXPECT_EQ(reader.bytes, 0u) << "bytes served and about to be observed were read again";
-
-  FooterCrc pending(length);
-  pending.Expect();
-  RecordingReader none;
-  int polls = 0;
-  EXPECT_EQ(pending.Compute(none.Reader(), [&] { return ++polls > 2; }, &value), EINTR);
-  EXPECT_EQ(none.bytes, 0u);
-  pending.Observe(0, Slice(0, kMiB), /*expected=*/true);
-  RecordingReader rest;
-  ASSERT_EQ(pending.Compute(rest.Reader(), {}, &value), 0);
-  EXPECT_EQ(value, Reference(length));
-  EXPECT_EQ(rest.bytes, length - kMiB);
 }
 
 // An Observe whose CRC is in flight when Compute finishes: Compute clears the block table,

@@ -220,45 +220,9 @@ TEST_F(VirtualFileTest, SequentialReadKnowsTheFooterBeforeReadingIt) {
   EXPECT_EQ(Get(footer, 4), Expected(footer, 4));
 }
 
-// A reader handed the bytes goes on before their CRC is taken (the CRC runs after delivery),
-// and the footer still needs no second read of them.
-TEST_F(VirtualFileTest, DeliveredBeforeTheCrcIsTakenAndTheFooterReadsNothingAgain) {
-  const uint64_t footer = plan().footer_offset;
-  uint64_t delivered = 0;
-  for (uint64_t at = 0; at < footer; at += 64 * 1024) {
-    const size_t n = static_cast<size_t>(std::min<uint64_t>(64 * 1024, footer - at));
-    std::string out(n, '\x77');
-    int calls = 0;
-    ReadOptions options;
-    options.deliver = [&](const char* bytes, size_t length) {
-      ++calls;
-      EXPECT_EQ(bytes, out.data());
-      EXPECT_TRUE(std::string(bytes, length) == Expected(at, n)) << "at " << at;
-      EXPECT_EQ(file_->footer_crc().ObservedBytes(), delivered) << "observed before delivery";
-      delivered += length;
-    };
-    ASSERT_EQ(file_->Read(at, n, out.data(), options), static_cast<ssize_t>(n));
-    ASSERT_EQ(calls, 1);
-  }
-  EXPECT_EQ(file_->footer_crc().ObservedBytes(), footer);
-  std::string tail;
-  ReadOptions options;
-  options.deliver = [&](const char* bytes, size_t length) { tail.assign(bytes, length); };
-  std::string out(16, '\0');
-  ASSERT_EQ(file_->Read(footer - 4, 16, out.data(), options), 8);  // body and footer
-  EXPECT_EQ(tail, Expected(footer - 4, 8));
-  for (const std::string& shard : shard_files_) fs::resize_file(shard, 0);
-  ASSERT_EQ(file_->Read(footer, 16, out.data(), options), 4);
-  EXPECT_EQ(tail, Expected(footer, 4));
-  ASSERT_EQ(file_->Read(plan().total_size, 16, out.data(), options), 0);
-  EXPECT_EQ(tail, "");
-}
-
 TEST_F(VirtualFileTest, FooterReadCanBeCancelled) {
   std::string out(4, '\0');
-  ReadOptions options;
-  options.cancelled = [] { return true; };
-  ssize_t n = file_->Read(plan().footer_offset, 4, out.data(), options);
+  ssize_t n = file_->Read(plan().footer_offset, 4, out.data(), {[] { return true; }});
   EXPECT_EQ(n, -EINTR);
   EXPECT_EQ(Get(plan().footer_offset, 4), Expected(plan().footer_offset, 4));
 }
