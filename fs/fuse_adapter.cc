@@ -266,13 +266,6 @@ void OnRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset,
   const std::shared_ptr<VirtualFile> file = handle.file;
   const std::shared_ptr<ReadAhead> read_ahead = handle.read_ahead;
   ReadCounters& counters = file->counters();
-  // One buffer per worker thread, reused: memory stays bounded by threads x max request.
-  thread_local std::unique_ptr<char[]> buffer;
-  thread_local size_t capacity = 0;
-  if (capacity < size) {
-    buffer.reset(new char[size]);
-    capacity = size;
-  }
   // The kernel names a lock owner on direct reads, never on those that fill the page cache (a
   // fault of a mapping, or any read of a page-cache open): those leave the bytes cached in the
   // file's own cache, so the sources' pages go.
@@ -282,9 +275,6 @@ void OnRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset,
     std::lock_guard lock(session.cached_mu);
     session.page_cached.insert(ino);
   }
-  ReadOptions options;
-  options.cancelled = [req] { return fuse_req_interrupted(req) != 0; };
-  options.source_pages = fills_page_cache ? SourcePages::kDrop : SourcePages::kKeep;
   if (!fills_page_cache && read_ahead) {
     auto deliver = [req, &counters](const struct iovec* iov, int count) {
       counters.reads++;
@@ -293,6 +283,16 @@ void OnRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset,
     };
     if (read_ahead->TryServe(static_cast<uint64_t>(offset), size, deliver)) return;
   }
+  // One buffer per worker thread, reused: memory stays bounded by threads x max request.
+  thread_local std::unique_ptr<char[]> buffer;
+  thread_local size_t capacity = 0;
+  if (capacity < size) {
+    buffer.reset(new char[size]);
+    capacity = size;
+  }
+  ReadOptions options;
+  options.cancelled = [req] { return fuse_req_interrupted(req) != 0; };
+  options.source_pages = fills_page_cache ? SourcePages::kDrop : SourcePages::kKeep;
   ssize_t n = file->Read(static_cast<uint64_t>(offset), size, buffer.get(), options);
   if (n < 0) {
     if (n == -EIO) counters.errors++;

@@ -81,6 +81,11 @@ size_t Count(const std::string& text, const std::string& what) {
   return n;
 }
 
+// The daemon fails a read, then logs why: waits (10 s at most) for that line.
+void AwaitChangeLogged(AprfsMount& mount) {
+  WaitFor([&] { return Count(mount.LogText(), "changed on the server") > 0; }, 10s);
+}
+
 class RemoteMirrorTest : public RemoteTest, public ::testing::WithParamInterface<MirrorCase> {
  protected:
   AprfsMount* MountMirror(const std::string& name, const HubFixture& hub,
@@ -229,7 +234,7 @@ TEST_P(RemoteMirrorChangeTest, FileReplacedMidReadGivesEioNeverMixedBytes) {
   std::vector<std::string> problems = CheckAprPrefix(read.bytes, layout, original);
   EXPECT_TRUE(problems.empty()) << "bytes of the new version were served:\n" << Join(problems);
 
-  WaitFor([&] { return Count(mount->LogText(), "changed on the server") > 0; }, 10s);
+  AwaitChangeLogged(*mount);
   const std::string log = mount->LogText();
   EXPECT_EQ(Count(log, "changed on the server"), 1u) << mount->Log();
   const size_t at = log.find("changed on the server");
@@ -298,8 +303,7 @@ TEST_F(RemoteMirrorTest, MountsSharingTheCacheNeverMixVersionsAndANewMountReadsT
   EXPECT_EQ(read_b.error, EIO);
   std::vector<std::string> problems = CheckAprPrefix(read_b.bytes, layout, original);
   EXPECT_TRUE(problems.empty()) << "B mixed in the new version:\n" << Join(problems);
-  // The daemon fails the read, then logs why: wait for the line.
-  WaitFor([&] { return Count(b->LogText(), "changed on the server") > 0; }, 10s);
+  AwaitChangeLogged(*b);
   EXPECT_EQ(Count(b->LogText(), "changed on the server"), 1u) << b->Log();
 
   // A: the first version's chunks are gone, the mirror has only the second: EIO, never its bytes.
@@ -307,7 +311,7 @@ TEST_F(RemoteMirrorTest, MountsSharingTheCacheNeverMixVersionsAndANewMountReadsT
   EXPECT_EQ(ReadRange(a->Path("large.apr"), in_chunk1, 4096, &got), EIO)
       << (got == v2.TensorBytes("l.weight").substr(kChunk + (1 << 20), 4096) ? "v2 bytes" : "");
   EXPECT_EQ(ReadInChunk0(a->Path("large.apr"), layout, &got), EIO);
-  WaitFor([&] { return Count(a->LogText(), "changed on the server") > 0; }, 10s);
+  AwaitChangeLogged(*a);
   EXPECT_EQ(Count(a->LogText(), "changed on the server"), 1u) << a->Log();
   Unmount(b);
 
