@@ -485,6 +485,11 @@ int ServeFuse(Namespace& ns, const FuseMountOptions& options,
       [](int fd, void* buf, size_t len, void* userdata) {
         ssize_t n = ::read(fd, buf, len);
         if (n > 0) static_cast<Session*>(userdata)->init_patch.ObserveRequest(buf, static_cast<size_t>(n));
+        // A lazy unmount ends the connection when its last user leaves, and a worker reading
+        // just then sees it aborted rather than gone. libfuse ends quietly only on ENODEV: on
+        // ECONNABORTED it prints from that worker while the loop cancels the workers, which
+        // can leave stderr's lock held and hang the daemon's exit (seen under TSan).
+        if (n < 0 && errno == ECONNABORTED) errno = ENODEV;
         return n;
       },
       nullptr, nullptr};
@@ -503,11 +508,8 @@ int ServeFuse(Namespace& ns, const FuseMountOptions& options,
   fuse_remove_signal_handlers(session);
   fuse_session_destroy(session);
   // libfuse's signal handlers make the loop return the signal: SIGTERM (systemctl stop), SIGINT
-  // and SIGHUP end a healthy daemon, which must then exit 0 or systemd marks it failed. A lazy
-  // unmount ends the connection when its last user leaves; a worker reading the device just
-  // then may see it aborted (ECONNABORTED) rather than gone (ENODEV): the same normal end.
-  bool normal_end = result == 0 || result == SIGTERM || result == SIGINT || result == SIGHUP ||
-                    result == -ECONNABORTED;
+  // and SIGHUP end a healthy daemon, which must then exit 0 or systemd marks it failed.
+  bool normal_end = result == 0 || result == SIGTERM || result == SIGINT || result == SIGHUP;
   return normal_end ? 0 : 1;
 }
 
