@@ -128,12 +128,12 @@ int main(int argc, char** argv) {
     aprfs::LoadedModel model =
         aprfs::LoadLocalModel(dir.string(), dir.filename().string(), "file://" + dir.string());
     aprfs::ImportedModel imported = aprfs::ImportShardSet(model.set);
-    const aprfs::AprPlan& plan = imported.plan;
+    const aprfs::FilePlan& plan = imported.plan;
     double plan_s = Since(start);
 
     MergedWriter out(argv[2], buffer_mib << 20);
     out.Append(plan.prefix.data(), plan.prefix.size());
-    for (const aprfs::AprDataExtent& extent : plan.extents) {
+    for (const aprfs::DataExtent& extent : plan.extents) {
       out.Zeros(extent.offset - out.position());
       out.Copy(*model.sources[extent.source], extent.source_offset, extent.length);
     }

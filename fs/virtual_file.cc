@@ -34,7 +34,7 @@ uint64_t NowNs() {
 
 // One task of a read: verbatim source bytes, or units of a computed extent.
 struct VirtualFile::Piece {
-  const AprDataExtent* extent = nullptr;
+  const DataExtent* extent = nullptr;
   uint64_t first_unit = 0;  // computed extents: units [first_unit, end_unit)
   uint64_t end_unit = 0;
   uint64_t begin = 0;       // the bytes wanted, relative to the extent
@@ -43,7 +43,7 @@ struct VirtualFile::Piece {
   float q8_scale = 0;
 };
 
-VirtualFile::VirtualFile(std::string name, AprPlan plan,
+VirtualFile::VirtualFile(std::string name, FilePlan plan,
                          std::vector<std::shared_ptr<ByteSource>> sources,
                          std::shared_ptr<ReadCounters> counters, ComputeSettings compute)
     : name_(std::move(name)),
@@ -62,7 +62,7 @@ int VirtualFile::Prepare() {
 }
 
 int VirtualFile::RunPiece(const Piece& piece) {
-  const AprDataExtent& extent = *piece.extent;
+  const DataExtent& extent = *piece.extent;
   if (extent.codec == kVerbatim) {
     return sources_[extent.source]->ReadKeepingCache(extent.source_offset + piece.begin,
                                                      piece.end - piece.begin, piece.dst);
@@ -88,7 +88,7 @@ int VirtualFile::RunPiece(const Piece& piece) {
   return 0;
 }
 
-int VirtualFile::Q8Scale(uint32_t codec_index, const AprDataExtent& extent, float* scale) {
+int VirtualFile::Q8Scale(uint32_t codec_index, const DataExtent& extent, float* scale) {
   {
     std::unique_lock lock(q8_mu_);
     while (true) {
@@ -140,7 +140,7 @@ int VirtualFile::ReadBody(uint64_t offset, size_t length, char* dst, SourcePages
   // The extents and padding, cut into pieces that run on every core.
   std::vector<Piece> pieces;
   auto it = std::upper_bound(plan_.extents.begin(), plan_.extents.end(), offset,
-                             [](uint64_t value, const AprDataExtent& e) { return value < e.offset; });
+                             [](uint64_t value, const DataExtent& e) { return value < e.offset; });
   if (it != plan_.extents.begin() && std::prev(it)->offset + std::prev(it)->length > offset) --it;
   while (offset < end) {
     uint64_t next = it == plan_.extents.end() ? end : std::min(end, it->offset);
@@ -150,7 +150,7 @@ int VirtualFile::ReadBody(uint64_t offset, size_t length, char* dst, SourcePages
       offset = next;
       continue;
     }
-    const AprDataExtent& extent = *it;
+    const DataExtent& extent = *it;
     const uint64_t begin = offset - extent.offset;
     const uint64_t stop = std::min(end, extent.offset + extent.length) - extent.offset;
     if (extent.codec == kVerbatim) {
@@ -201,7 +201,7 @@ int VirtualFile::ReadBody(uint64_t offset, size_t length, char* dst, SourcePages
   uint32_t source = 0;
   uint64_t from = 0, to = 0;
   for (const Piece& piece : pieces) {
-    const AprDataExtent& extent = *piece.extent;
+    const DataExtent& extent = *piece.extent;
     uint64_t begin = extent.source_offset + piece.begin, stop = extent.source_offset + piece.end;
     if (extent.codec != kVerbatim) {
       const TensorCodec& codec = plan_.codecs[extent.codec];
@@ -311,7 +311,7 @@ ssize_t VirtualFile::Read(uint64_t offset, size_t length, char* dst, const ReadO
                     : 0;
   if (body > 0) {
     if (int err = ReadStored(offset, body, dst, pages)) return -err;
-    crc_.Observe(offset, std::string_view(dst, body));
+    if (plan_.has_footer()) crc_.Observe(offset, std::string_view(dst, body));
   }
   if (body < length) {  // the request reaches into the footer
     uint32_t crc = 0;

@@ -50,12 +50,12 @@ struct ReadOptions {
 // padding as zeros, the footer from the CRC tracker. Thread-safe; no FUSE in here.
 class VirtualFile {
  public:
-  VirtualFile(std::string name, AprPlan plan, std::vector<std::shared_ptr<ByteSource>> sources,
+  VirtualFile(std::string name, FilePlan plan, std::vector<std::shared_ptr<ByteSource>> sources,
               std::shared_ptr<ReadCounters> counters = nullptr, ComputeSettings compute = {});
 
   const std::string& name() const { return name_; }
   uint64_t size() const { return plan_.total_size; }
-  const AprPlan& plan() const { return plan_; }
+  const FilePlan& plan() const { return plan_; }
   const std::vector<std::shared_ptr<ByteSource>>& sources() const { return sources_; }
   FooterCrc& footer_crc() { return crc_; }
   ReadCounters& counters() { return *counters_; }
@@ -83,10 +83,10 @@ class VirtualFile {
   int ReadBody(uint64_t offset, size_t length, char* dst, SourcePages pages);
   int RunPiece(const Piece& piece);
   // AprQ8's tensor-wide scale of the extent's codec (one pass over the tensor, remembered).
-  int Q8Scale(uint32_t codec, const AprDataExtent& extent, float* scale);
+  int Q8Scale(uint32_t codec, const DataExtent& extent, float* scale);
 
   std::string name_;
-  AprPlan plan_;
+  FilePlan plan_;
   std::vector<std::shared_ptr<ByteSource>> sources_;
   std::shared_ptr<ReadCounters> counters_;
   ComputeSettings compute_;

@@ -98,9 +98,9 @@ uint64_t AprIndexSize(const std::vector<AprTensorSpec>& tensors) {
   return size;
 }
 
-AprPlan BuildAprPlan(std::string metadata_json,
-                     const std::vector<AprTensorSpec>& tensors_in_data_order,
-                     std::vector<TensorCodec> codecs) {
+FilePlan BuildAprPlan(std::string metadata_json,
+                      const std::vector<AprTensorSpec>& tensors_in_data_order,
+                      std::vector<TensorCodec> codecs) {
   const std::vector<AprTensorSpec>& tensors = tensors_in_data_order;
   if (metadata_json.size() > std::numeric_limits<uint32_t>::max()) {
     throw FormatError("metadata JSON is " + std::to_string(metadata_json.size()) +
@@ -119,7 +119,7 @@ AprPlan BuildAprPlan(std::string metadata_json,
   header.tensor_index_offset = kAprHeaderSize + AlignUp64(metadata_json.size());
   header.data_offset = header.tensor_index_offset + AlignUp64(AprIndexSize(tensors));
 
-  AprPlan plan;
+  FilePlan plan;
   plan.tensor_count = header.tensor_count;
   plan.data_offset = header.data_offset;
   // The prefix is written in the metadata's own buffer: with enough capacity, no copy of it.
@@ -151,17 +151,6 @@ AprPlan BuildAprPlan(std::string metadata_json,
   plan.total_size = cursor + kAprFooterSize;
   plan.codecs = std::move(codecs);
   return plan;
-}
-
-bool AnyComputed(const AprPlan& plan, uint64_t begin, uint64_t end) {
-  if (plan.codecs.empty()) return false;
-  auto it = std::upper_bound(plan.extents.begin(), plan.extents.end(), begin,
-                             [](uint64_t value, const AprDataExtent& e) { return value < e.offset; });
-  if (it != plan.extents.begin()) --it;
-  for (; it != plan.extents.end() && it->offset < end; ++it) {
-    if (it->codec != kVerbatim && it->offset + it->length > begin) return true;
-  }
-  return false;
 }
 
 }  // namespace aprfs

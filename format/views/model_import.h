@@ -13,7 +13,7 @@ namespace aprfs {
 // A model turned into the APR file aprender's importer would write, without copying a byte:
 // the plan refers to shard k's bytes as source k (the index in ShardSet::shards).
 struct ImportedModel {
-  AprPlan plan;
+  FilePlan plan;
   uint64_t param_count = 0;
   bool tied_lm_head = false;  // lm_head.weight was added as a view of the embedding
 };

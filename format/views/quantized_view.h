@@ -24,7 +24,7 @@ struct SingleFileFacts {
 // weights are dequantized to BF16 first (§9.5); the single-file path's value checks (§3.1, the
 // int4 density rule) are not part of the plan: see value_checks.h.
 struct QuantizedView {
-  AprPlan plan;
+  FilePlan plan;
   ImportPath path = ImportPath::kSharded;
 };
 

@@ -9,6 +9,7 @@ std::string_view ViewName(ViewKind view) {
     case ViewKind::kF16: return "f16";
     case ViewKind::kInt8: return "int8";
     case ViewKind::kInt4: return "int4";
+    case ViewKind::kSafetensors: return "safetensors";
   }
   return "?";
 }
@@ -22,6 +23,12 @@ std::optional<ViewKind> ParseViewName(std::string_view name) {
   return std::nullopt;
 }
 
+std::string KnownViewNames() {
+  std::string names;
+  for (ViewKind view : kAllViews) names += (names.empty() ? "" : ", ") + std::string(ViewName(view));
+  return names;
+}
+
 std::string ViewStem(std::string_view model_name, ViewKind view) {
   std::string stem(model_name);
   if (view != ViewKind::kApr) stem += "." + std::string(ViewName(view));
@@ -29,10 +36,17 @@ std::string ViewStem(std::string_view model_name, ViewKind view) {
 }
 
 std::string ViewFileName(std::string_view model_name, ViewKind view) {
+  if (view == ViewKind::kSafetensors) return std::string(model_name) + ".safetensors";
   return ViewStem(model_name, view) + ".apr";
 }
 
 std::optional<std::pair<std::string, ViewKind>> SplitViewFileName(std::string_view file_name) {
+  constexpr std::string_view kSafetensors = ".safetensors";
+  if (file_name.size() > kSafetensors.size() &&
+      file_name.substr(file_name.size() - kSafetensors.size()) == kSafetensors) {
+    return std::make_pair(std::string(file_name.substr(0, file_name.size() - kSafetensors.size())),
+                          ViewKind::kSafetensors);
+  }
   constexpr std::string_view kExtension = ".apr";
   if (file_name.size() <= kExtension.size() ||
       file_name.substr(file_name.size() - kExtension.size()) != kExtension) {
@@ -42,7 +56,7 @@ std::optional<std::pair<std::string, ViewKind>> SplitViewFileName(std::string_vi
   size_t dot = stem.rfind('.');
   if (dot != std::string_view::npos && dot > 0) {
     for (ViewKind view : kAllViews) {  // canonical names only: one file name per view
-      if (view != ViewKind::kApr && stem.substr(dot + 1) == ViewName(view)) {
+      if (view != ViewKind::kApr && IsAprView(view) && stem.substr(dot + 1) == ViewName(view)) {
         return std::make_pair(std::string(stem.substr(0, dot)), view);
       }
     }

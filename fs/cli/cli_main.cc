@@ -37,8 +37,8 @@ void SourceOptions::AddTo(CLI::App& app) {
       ->check(CLI::Range(1, 256));
   app.add_option("--views", views,
                  "Which files of each model a folder listing shows, from apr, q4k, f16, int8, "
-                 "int4, or all (separated by ',', ':' or '+'; default: apr,q4k); every view "
-                 "opens by name whatever this says");
+                 "int4, safetensors, or all (separated by ',', ':' or '+'; default: apr,q4k); "
+                 "every view opens by name whatever this says");
   app.add_flag("--no-view-cache", no_view_cache,
                "Do not keep computed bytes on disk: every byte of a view is computed on demand");
 }
@@ -53,8 +53,8 @@ std::vector<ViewKind> ParseViewList(const std::string& text) {
     } else if (std::optional<ViewKind> view = ParseViewName(item)) {
       if (std::find(views.begin(), views.end(), *view) == views.end()) views.push_back(*view);
     } else {
-      throw std::runtime_error("--views " + text + ": unknown view '" + item +
-                               "' (known: apr, q4k, f16, int8, int4, all)");
+      throw std::runtime_error("--views " + text + ": unknown view '" + item + "' (known: " +
+                               KnownViewNames() + ", all)");
     }
     item.clear();
   };

@@ -90,10 +90,11 @@ int RunPrefetch(const PrefetchArgs& args) {
               << ": not in an aprfs mount (give a mounted .apr or ORG/NAME)\n";
     return 1;
   }
-  // A computed file (a view, or an .apr with FP8 weights): the daemon computes it into its cache
-  // as it is read (fetching what it needs).
-  if (target.mounted &&
-      (target.mounted->view != ViewKind::kApr || KeepsComputedBytes(*target.mounted))) {
+  // A computed file (a quantized view, or an .apr with FP8 weights): the daemon computes it
+  // into its cache as it is read (fetching what it needs). The others are their shards' bytes.
+  if (target.mounted && ((target.mounted->view != ViewKind::kApr &&
+                          target.mounted->view != ViewKind::kSafetensors) ||
+                         KeepsComputedBytes(*target.mounted))) {
     return PrefetchMountedView(*target.mounted, target.label);
   }
   if (!target.catalog || (target.mounted && !target.mounted->remote()) ||

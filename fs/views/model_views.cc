@@ -13,6 +13,7 @@
 
 #include "fetch/sha256.h"
 #include "format/error.h"
+#include "format/views/merged_safetensors.h"
 #include "format/views/quantized_view.h"
 #include "fs/views/value_scan.h"
 #include "fs/views/view_cache.h"
@@ -124,7 +125,7 @@ std::string ModelViews::Error(ViewKind view) const {
 }
 
 bool ModelViews::Unchecked(ViewKind view) const {
-  if (view == ViewKind::kApr || !verdicts_) return false;
+  if (view == ViewKind::kApr || view == ViewKind::kSafetensors || !verdicts_) return false;
   {
     std::lock_guard lock(mu_);
     if (!single_file_) return false;
@@ -136,6 +137,12 @@ std::shared_ptr<VirtualFile> ModelViews::Plan(ViewKind view, std::string& error)
   const std::string file_name = ViewFileName(name_, view);
   try {
     ShardSet set = reload_();
+    if (view == ViewKind::kSafetensors) {  // verbatim extents of the shards: nothing to check
+      FilePlan plan = PlanMergedSafetensors(set);
+      spdlog::info("{}: {} tensors, {} bytes", file_name, plan.tensor_count, plan.total_size);
+      return std::make_shared<VirtualFile>(file_name, std::move(plan), sources_,
+                                           counters_[ViewIndex(view)]);
+    }
     {
       std::lock_guard lock(mu_);
       single_file_ = ImportPathOf(set) == ImportPath::kSingleFile;

@@ -11,7 +11,7 @@ void AppendNumber(std::string& out, uint64_t value) { out += std::to_string(valu
 
 }  // namespace
 
-std::string ComputedStoreKey(const AprPlan& plan,
+std::string ComputedStoreKey(const FilePlan& plan,
                              const std::vector<std::shared_ptr<ByteSource>>& sources,
                              ViewKind view) {
   std::string what = "aprfs computed file\nencoder " + std::to_string(kEncoderVersion) +
@@ -19,7 +19,7 @@ std::string ComputedStoreKey(const AprPlan& plan,
   for (const auto& source : sources) what += "source " + source->identity() + "\n";
   what += "prefix " + Sha256Hex(plan.prefix) + "\n";
   std::string layout;
-  for (const AprDataExtent& e : plan.extents) {
+  for (const DataExtent& e : plan.extents) {
     for (uint64_t value : {e.offset, e.length, uint64_t{e.source}, e.source_offset, uint64_t{e.codec}}) {
       AppendNumber(layout, value);
     }
@@ -35,7 +35,7 @@ std::string ComputedStoreKey(const AprPlan& plan,
   return "view-" + Sha256Hex(what).substr(0, 32);
 }
 
-ComputeSettings ComputedStorage(const AprPlan& plan,
+ComputeSettings ComputedStorage(const FilePlan& plan,
                                 const std::vector<std::shared_ptr<ByteSource>>& sources,
                                 ViewKind view, const ComputedCache& cache, const std::string& what) {
   ComputeSettings settings;

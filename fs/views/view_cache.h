@@ -20,7 +20,7 @@ inline constexpr int kEncoderVersion = 1;
 
 // The name of a computed file's chunk store: a hash of what its bytes are a function of (the
 // sources' identities, the plan, the view, the encoder version).
-std::string ComputedStoreKey(const AprPlan& plan,
+std::string ComputedStoreKey(const FilePlan& plan,
                              const std::vector<std::shared_ptr<ByteSource>>& sources,
                              ViewKind view);
 
@@ -33,7 +33,7 @@ struct ComputedCache {
 // The compute settings of a file with this plan: its chunk store in the cache (none without a
 // cache, or when the plan computes nothing, or when the store cannot be opened: then every
 // byte is recomputed, with a warning).
-ComputeSettings ComputedStorage(const AprPlan& plan,
+ComputeSettings ComputedStorage(const FilePlan& plan,
                                 const std::vector<std::shared_ptr<ByteSource>>& sources,
                                 ViewKind view, const ComputedCache& cache, const std::string& what);
 

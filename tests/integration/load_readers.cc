@@ -28,7 +28,7 @@ namespace aprfs_itest {
 
 void BuildExpectedApr(const std::string& dir, const std::string& name,
                       const std::string& source_uri, const tw::TestModel& model, AprVersion* out) {
-  aprfs::AprPlan plan;
+  aprfs::FilePlan plan;
   std::vector<std::string> shard_bytes;
   try {
     aprfs::LoadedModel loaded = aprfs::LoadLocalModel(dir, name, source_uri);
@@ -53,7 +53,7 @@ void BuildExpectedApr(const std::string& dir, const std::string& name,
                               plan.footer_offset,
                               plan.total_size};
   out->shard_ranges.assign(shard_bytes.size(), {});
-  for (const aprfs::AprDataExtent& e : plan.extents) {
+  for (const aprfs::DataExtent& e : plan.extents) {
     marks.insert(e.offset);
     marks.insert(e.offset + e.length);
     out->shard_ranges.at(e.source).emplace_back(e.offset, e.offset + e.length);

@@ -1,7 +1,8 @@
 // The bytes of the computed views: every view of generated models (sharded and single-file,
 // BF16/F16/F32 weights, FP8 weights with F32 or E8M0 block scales) read through read(), O_DIRECT
 // pread at odd offsets and mmap equals what the independent reference writer apr_views.py says
-// `apr import --quantize` writes, with the computed cache on and off; the plain .apr of FP8
+// `apr import --quantize` writes (the merged .safetensors: what merged_safetensors.py writes),
+// with the computed cache on and off; the plain .apr of FP8
 // models holds the weights dequantized (aprcheck.py --source); a copy of a view is a valid APR
 // file for `aprfs inspect` and aprcheck.py.
 #include <zlib.h>
@@ -45,7 +46,9 @@ class ViewBytesTest : public ViewTest, public ::testing::WithParamInterface<Mode
   // Every quantized view equals its reference; the .apr passes aprcheck.py --source (`how`:
   // through pread, or --mmap).
   void ExpectEveryView(const std::string& model, const std::vector<std::string>& how) {
-    for (const std::string& view : kQuantizedViews) {
+    std::vector<std::string> views = kQuantizedViews;
+    views.push_back("safetensors");
+    for (const std::string& view : views) {
       SCOPED_TRACE("view " + view);
       ExpectViewBytes(MP(ViewFileName(model, view)), ExpectedBytes(model, view));
     }
@@ -59,14 +62,16 @@ TEST_P(ViewBytesTest, EveryViewEqualsTheReferenceWriterThroughReadDirectIoAndMma
   SetWatchdog(240s);
   const std::string model = "model";
   ASSERT_NO_FATAL_FAILURE(MakeModel(model, GetParam().make_model_args));
-  PrepareReferences(EveryQuantizedView({model}));
+  std::vector<std::pair<std::string, std::string>> references = EveryQuantizedView({model});
+  references.emplace_back(model, "safetensors");
+  PrepareReferences(references);
 
   // With the computed cache: the first request computes (and stores) the chunk, later ones
   // are served from the store.
   ASSERT_NO_FATAL_FAILURE(MountViews({"--views", "all"}));
   EXPECT_EQ(ListDir(mountpoint()),
             (std::vector<std::string>{"model.apr", "model.f16.apr", "model.int4.apr",
-                                      "model.int8.apr", "model.q4k.apr"}));
+                                      "model.int8.apr", "model.q4k.apr", "model.safetensors"}));
   ExpectEveryView(model, {});
   UnmountCleanly();
 

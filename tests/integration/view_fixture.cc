@@ -43,8 +43,10 @@ uint64_t Fnv1a(std::string_view text, uint64_t hash = 0xcbf29ce484222325ull) {
 // depend on: the key above and the sources of make_model.py and apr_views.py. Only answers
 // (bytes, or a refusal) are kept, never a failure to run.
 std::string ReferenceCachePath(const std::string& key) {
-  static const uint64_t tools = Fnv1a(SlurpOrEmpty(ToolsDir() + "/make_model.py"),
-                                      Fnv1a(SlurpOrEmpty(ToolsDir() + "/apr_views.py")));
+  static const uint64_t tools =
+      Fnv1a(SlurpOrEmpty(ToolsDir() + "/make_model.py"),
+            Fnv1a(SlurpOrEmpty(ToolsDir() + "/apr_views.py"),
+                  Fnv1a(SlurpOrEmpty(ToolsDir() + "/merged_safetensors.py"))));
   const char* env = std::getenv("APRFS_VIEW_REFERENCE_CACHE");
   const std::string dir =
       env && *env ? env : "/tmp/aprfs-view-references-" + std::to_string(::getuid());
@@ -85,9 +87,13 @@ void StoreCachedReference(const std::string& path, const ViewReference& ref) {
 
 ViewReference RunReferenceWriter(const std::string& model_dir, const std::string& name,
                                  const std::string& view, const std::string& out_path) {
-  ProcResult r = RunCommand({"python3", ToolsDir() + "/apr_views.py", model_dir, "--view", view,
-                             "--name", name + "." + view, "-o", out_path},
-                            120s);
+  ProcResult r = view == "safetensors"
+                     ? RunCommand({"python3", ToolsDir() + "/merged_safetensors.py", model_dir,
+                                   "-o", out_path},
+                                  120s)
+                     : RunCommand({"python3", ToolsDir() + "/apr_views.py", model_dir, "--view",
+                                   view, "--name", name + "." + view, "-o", out_path},
+                                  120s);
   ViewReference ref;
   ref.exit_code = r.exit_code;
   ref.message = r.exit_code == 0 || r.exit_code == 3 ? r.err : r.Describe();
@@ -118,6 +124,7 @@ std::optional<std::string> RangeDiffers(const std::string& want, uint64_t offset
 }  // namespace
 
 std::string ViewFileName(const std::string& model, const std::string& view) {
+  if (view == "safetensors") return model + ".safetensors";
   return view == "apr" ? model + ".apr" : model + "." + view + ".apr";
 }
 

@@ -20,8 +20,9 @@ namespace aprfs_itest {
 // The views of a model, by their names in file names and in status.json.
 inline const std::vector<std::string> kQuantizedViews = {"q4k", "f16", "int8", "int4"};
 
-// What apr_views.py says a view is: exit 0 and the file's bytes, or exit 3 (aprender would
-// refuse the view) and the line naming the tensor and the rule.
+// What apr_views.py (merged_safetensors.py for the view "safetensors") says a view is: exit 0
+// and the file's bytes, or exit 3 (aprender would refuse the view) and the line naming the
+// tensor and the rule.
 struct ViewReference {
   int exit_code = -1;
   std::string bytes;
@@ -29,11 +30,12 @@ struct ViewReference {
   bool refused() const { return exit_code == 3; }
 };
 
-// apr_views.py MODEL_DIR --view VIEW --name NAME.VIEW, written to `out_path` (then removed).
+// apr_views.py MODEL_DIR --view VIEW --name NAME.VIEW (merged_safetensors.py MODEL_DIR for
+// "safetensors"), written to `out_path` (then removed).
 ViewReference RunReferenceWriter(const std::string& model_dir, const std::string& name,
                                  const std::string& view, const std::string& out_path);
 
-// "qt.q4k.apr"; "qt.apr" for the view "apr".
+// "qt.q4k.apr"; "qt.apr" for the view "apr"; "qt.safetensors" for "safetensors".
 std::string ViewFileName(const std::string& model, const std::string& view);
 
 // Every check of one mounted view against its expected bytes: the size, read() of the whole

@@ -40,11 +40,11 @@ class ViewListingTest : public ViewTest {
 };
 
 TEST_F(ViewListingTest, DefaultListsAprAndQ4kAndEveryOtherViewStillOpensByName) {
-  PrepareReferences({{"qt", "f16"}, {"qt", "int8"}, {"qt", "int4"}});
+  PrepareReferences({{"qt", "f16"}, {"qt", "int8"}, {"qt", "int4"}, {"qt", "safetensors"}});
   ASSERT_NO_FATAL_FAILURE(MountViews());
   const std::vector<std::string> listed = {"qt.apr", "qt.q4k.apr"};
   EXPECT_EQ(ListDir(mountpoint()), listed);
-  for (const char* view : {"f16", "int8", "int4"}) ExpectOpensByName(view);
+  for (const char* view : {"f16", "int8", "int4", "safetensors"}) ExpectOpensByName(view);
   // Opening them does not list them.
   EXPECT_EQ(ListDir(mountpoint()), listed);
 }
@@ -52,8 +52,9 @@ TEST_F(ViewListingTest, DefaultListsAprAndQ4kAndEveryOtherViewStillOpensByName) 
 TEST_F(ViewListingTest, ViewsAllListsEveryViewWithItsSize) {
   PrepareReferences({{"qt", "q4k"}, {"qt", "f16"}, {"qt", "int8"}, {"qt", "int4"}});
   ASSERT_NO_FATAL_FAILURE(MountViews({"--views", "all"}));
-  EXPECT_EQ(ListDir(mountpoint()), (std::vector<std::string>{"qt.apr", "qt.f16.apr", "qt.int4.apr",
-                                                             "qt.int8.apr", "qt.q4k.apr"}));
+  EXPECT_EQ(ListDir(mountpoint()),
+            (std::vector<std::string>{"qt.apr", "qt.f16.apr", "qt.int4.apr", "qt.int8.apr",
+                                      "qt.q4k.apr", "qt.safetensors"}));
   for (const std::string& view : kQuantizedViews) {
     EXPECT_EQ(FileSize(MP(ViewFileName("qt", view))), ExpectedBytes("qt", view).size()) << view;
   }
@@ -64,6 +65,7 @@ TEST_F(ViewListingTest, MountOptionViewsTakesColonPlusAndCommaSeparators) {
   ExpectListing({"-o", "views=q4k+int8"}, {"qt.int8.apr", "qt.q4k.apr"});
   ExpectListing({"--views", "int4,apr"}, {"qt.apr", "qt.int4.apr"});
   ExpectListing({"--views", "fp16+q4_k"}, {"qt.f16.apr", "qt.q4k.apr"});  // aprender's spellings
+  ExpectListing({"--views", "safetensors,apr"}, {"qt.apr", "qt.safetensors"});
   // Not listed, the .apr still opens by name.
   ASSERT_NO_FATAL_FAILURE(MountViews({"-o", "views=int8"}));
   EXPECT_EQ(ListDir(mountpoint()), std::vector<std::string>{"qt.int8.apr"});
@@ -84,14 +86,15 @@ TEST_F(ViewListingTest, UnknownViewSuffixesAndSpellingsDoNotResolve) {
   for (const char* name :
        {"qt.q8.apr", "qt.fp16.apr", "qt.q4_k.apr", "qt.Q4K.apr", "qt.q4k", "qt.apr.q4k",
         "qt..apr", ".q4k.apr", "qt.q4k.q4k.apr", "qt.apr.apr", "qt.int4.int8.apr", "qt.all.apr",
-        "other.q4k.apr"}) {
+        "other.q4k.apr", "qt.safetensors.apr", "qt.SAFETENSORS", "qt.q4k.safetensors",
+        "other.safetensors", ".safetensors", "qt.apr.safetensors"}) {
     struct stat st;
     errno = 0;
     EXPECT_NE(stat(MP(name).c_str(), &st), 0) << name << " resolves";
     EXPECT_EQ(errno, ENOENT) << name;
   }
   // The real names still do.
-  for (const char* view : {"apr", "q4k", "f16", "int8", "int4"}) {
+  for (const char* view : {"apr", "q4k", "f16", "int8", "int4", "safetensors"}) {
     EXPECT_GT(FileSize(MP(ViewFileName("qt", view))), 0u) << view;
   }
 }
@@ -121,7 +124,7 @@ TEST_F(ViewListingTest, ModelNamedLikeAViewOwnsThatNameAndItIsListedOnce) {
   EXPECT_EQ(names, (std::vector<std::string>{
                        "qt.apr", "qt.f16.apr", "qt.int4.apr", "qt.int8.apr", "qt.q4k.apr",
                        "qt.q4k.f16.apr", "qt.q4k.int4.apr", "qt.q4k.int8.apr",
-                       "qt.q4k.q4k.apr"}));
+                       "qt.q4k.q4k.apr", "qt.q4k.safetensors", "qt.safetensors"}));
   EXPECT_EQ(FileSize(MP("qt.q4k.apr")), FileSize(MP("qt.apr"))) << "the plain .apr of qt.q4k";
   ProcResult check = RunAprcheck(MP("qt.q4k.apr"), Model("qt.q4k"));
   EXPECT_EQ(check.exit_code, 0) << check.Describe();

@@ -70,7 +70,7 @@ TEST_P(ViewPoisonTest, SingleFileModelIsRefusedByEveryQuantizedViewNamingTheFirs
 
   ASSERT_NO_FATAL_FAILURE(MountViews({"--views", "all"}));
   // Unchecked views are listed (a listing does not read the values)...
-  EXPECT_EQ(ListDir(mountpoint()).size(), 5u);
+  EXPECT_EQ(ListDir(mountpoint()).size(), 6u);
   EXPECT_EQ(ViewStatus("p", "q4k").value("state", ""), "unchecked");
   // ...until the first open, which scans the model and fails.
   EXPECT_EQ(OpenErrno("p.q4k.apr"), EIO);
@@ -84,7 +84,9 @@ TEST_P(ViewPoisonTest, SingleFileModelIsRefusedByEveryQuantizedViewNamingTheFirs
   EXPECT_EQ(OpenErrno("p.q4k.apr"), EIO) << "a second open";
 
   // Afterwards no quantized view is offered: not listed, not found, refused in status.json.
-  EXPECT_EQ(ListDir(mountpoint()), std::vector<std::string>{"p.apr"});
+  // The merged safetensors, the shards' own bytes, still is.
+  const std::vector<std::string> left = {"p.apr", "p.safetensors"};
+  EXPECT_EQ(ListDir(mountpoint()), left);
   for (const char* view : {"f16", "int8", "int4"}) ExpectNotFound(ViewFileName("p", view));
   EXPECT_TRUE(BecomesAbsent("p.q4k.apr")) << "p.q4k.apr is still found";
   for (const std::string& view : kQuantizedViews) {
@@ -99,7 +101,7 @@ TEST_P(ViewPoisonTest, SingleFileModelIsRefusedByEveryQuantizedViewNamingTheFirs
   EXPECT_FALSE(ListDir(CacheDir() + "/views").empty());
   const size_t log_before = Log().size();
   ASSERT_NO_FATAL_FAILURE(MountViews({"--views", "all"}));
-  EXPECT_EQ(ListDir(mountpoint()), std::vector<std::string>{"p.apr"});
+  EXPECT_EQ(ListDir(mountpoint()), left);
   ExpectNotFound("p.q4k.apr");
   EXPECT_EQ(ViewStatus("p", "q4k").value("state", ""), "refused");
   EXPECT_EQ(Log().substr(log_before).find("checking the values"), std::string::npos)
@@ -183,7 +185,8 @@ TEST_F(ViewRefusalTest, Int4DensityRuleRefusesOnlyTheInt4ViewOfASingleFileModel)
   EXPECT_NE(Log().find("Q4 DENSITY VIOLATION"), std::string::npos);
   for (const char* view : {"q4k", "f16", "int8"}) ExpectServed("z", view);
   EXPECT_EQ(ListDir(mountpoint()),
-            (std::vector<std::string>{"z.apr", "z.f16.apr", "z.int8.apr", "z.q4k.apr"}));
+            (std::vector<std::string>{"z.apr", "z.f16.apr", "z.int8.apr", "z.q4k.apr",
+                                      "z.safetensors"}));
   EXPECT_EQ(ViewStatus("z", "int4").value("state", ""), "refused");
   EXPECT_EQ(ViewStatus("z", "int8").value("state", ""), "ready");
   EXPECT_TRUE(BecomesAbsent("z.int4.apr"));
@@ -214,7 +217,8 @@ TEST_F(ViewRefusalTest, ModelWithIntegerTensorsHasNoQuantizedViewsButItsApr) {
   ASSERT_NO_FATAL_FAILURE(MakeModel("e", {"--preset", "edge"}));
   PrepareReferences(EveryQuantizedView({"e"}));
   ASSERT_NO_FATAL_FAILURE(MountViews({"--views", "all"}));
-  EXPECT_EQ(ListDir(mountpoint()), std::vector<std::string>{"e.apr"});
+  // The merged safetensors copies the shards' bytes, whatever their dtypes.
+  EXPECT_EQ(ListDir(mountpoint()), (std::vector<std::string>{"e.apr", "e.safetensors"}));
   for (const std::string& view : kQuantizedViews) {
     SCOPED_TRACE(view);
     EXPECT_TRUE(Reference("e", view).refused()) << Reference("e", view).message;
@@ -263,9 +267,11 @@ TEST_F(ViewRefusalTest, Fp8WeightWithoutItsScalesRejectsTheWholeModelNamingTenso
   EXPECT_NE(table.out.find("rejected: "), std::string::npos) << table.Describe();
 
   ASSERT_NO_FATAL_FAILURE(MountViews({"--views", "all"}));
-  EXPECT_EQ(ListDir(mountpoint()).size(), 5u) << "only qt's files";
+  EXPECT_EQ(ListDir(mountpoint()).size(), 6u) << "only qt's files";
   for (const char* model : {"noscale", "badshape"}) {
-    for (const char* view : {"apr", "q4k", "f16"}) ExpectNotFound(ViewFileName(model, view));
+    for (const char* view : {"apr", "q4k", "f16", "safetensors"}) {
+      ExpectNotFound(ViewFileName(model, view));
+    }
   }
   nlohmann::json status = Status();
   for (const nlohmann::json& model : status["models"]) {

@@ -11,10 +11,10 @@ uint32_t ZlibCrc32(std::string_view bytes) {
       crc32(0, reinterpret_cast<const Bytef*>(bytes.data()), static_cast<uInt>(bytes.size())));
 }
 
-std::string MaterializePlan(const AprPlan& plan, const std::vector<std::string>& sources) {
+std::string MaterializePlan(const FilePlan& plan, const std::vector<std::string>& sources) {
   std::string file = plan.prefix;
   if (file.size() != plan.data_offset) throw std::logic_error("prefix size != data_offset");
-  for (const AprDataExtent& e : plan.extents) {
+  for (const DataExtent& e : plan.extents) {
     if (e.offset < file.size()) throw std::logic_error("extents overlap or are unsorted");
     if (e.source_offset + e.length > sources.at(e.source).size()) {
       throw std::logic_error("extent runs past its source");

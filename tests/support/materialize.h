@@ -11,7 +11,7 @@
 namespace aprfs::testing {
 
 // `sources[i]` holds the bytes of plan source i (a whole shard file, or a payload buffer).
-std::string MaterializePlan(const AprPlan& plan, const std::vector<std::string>& sources);
+std::string MaterializePlan(const FilePlan& plan, const std::vector<std::string>& sources);
 
 // zlib's CRC32, independent of format/crc32.
 uint32_t ZlibCrc32(std::string_view bytes);

@@ -23,7 +23,7 @@ TEST(AprPlanAlias, TakesItsTargetsOffsetAndAddsNoBytes) {
   std::vector<AprTensorSpec> tensors = {{"model.embed", 0, {25}, 100, 0, 1000, std::nullopt},
                                         {"norm", 0, {2}, 8, 1, 2000, std::nullopt},
                                         {"lm_head.weight", 0, {25}, 100, 0, 1000, 0u}};
-  AprPlan plan = BuildAprPlan("{}", tensors);
+  FilePlan plan = BuildAprPlan("{}", tensors);
   ASSERT_EQ(plan.extents.size(), 2u);
   EXPECT_EQ(plan.extents[0].offset, plan.data_offset);
   EXPECT_EQ(plan.extents[1].offset, plan.data_offset + 128);

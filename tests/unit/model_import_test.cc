@@ -367,7 +367,7 @@ TEST_F(ModelImport, EmptyAndScalarTensors) {
   EXPECT_EQ(empty->size, 0u);
   EXPECT_EQ(empty->shape, (std::vector<uint64_t>{4, 0}));
   // No extent for an empty tensor.
-  for (const AprDataExtent& e : r.imported.plan.extents) EXPECT_GT(e.length, 0u);
+  for (const DataExtent& e : r.imported.plan.extents) EXPECT_GT(e.length, 0u);
   EXPECT_EQ(r.apr.metadata.at("param_count").get<uint64_t>(), 3u + 1 + 5 + 1);
 }
 
@@ -541,7 +541,7 @@ TEST_F(ModelImport, TiedLmHeadBecomesAliasOfEmbedding) {
   for (const auto& [name, t] : model.TensorsByName()) stored += Align64(t->bytes.size());
   EXPECT_EQ(r.imported.plan.footer_offset - r.imported.plan.data_offset, stored);
   uint64_t extent_bytes = 0;
-  for (const AprDataExtent& e : r.imported.plan.extents) extent_bytes += e.length;
+  for (const DataExtent& e : r.imported.plan.extents) extent_bytes += e.length;
   uint64_t raw = 0;
   for (const auto& [name, t] : model.TensorsByName()) raw += t->bytes.size();
   EXPECT_EQ(extent_bytes, raw);

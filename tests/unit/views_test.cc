@@ -51,6 +51,14 @@ TEST(ViewKindTest, FileNamesSplitIntoModelAndView) {
   EXPECT_EQ(ParseViewName("q4_k"), ViewKind::kQ4k);
   EXPECT_EQ(ParseViewName("fp16"), ViewKind::kF16);
   EXPECT_FALSE(ParseViewName("q8_0"));
+  EXPECT_EQ(ViewFileName("phi-4", ViewKind::kSafetensors), "phi-4.safetensors");
+  split = SplitViewFileName("Qwen2.5-0.5B.safetensors");
+  ASSERT_TRUE(split);
+  EXPECT_EQ(split->first, "Qwen2.5-0.5B");
+  EXPECT_EQ(split->second, ViewKind::kSafetensors);
+  EXPECT_EQ(SplitViewFileName("x.safetensors.apr")->second, ViewKind::kApr) << "a model's .apr";
+  EXPECT_FALSE(SplitViewFileName(".safetensors"));
+  EXPECT_EQ(ParseViewName("safetensors"), ViewKind::kSafetensors);
 }
 
 // ----- rules ------------------------------------------------------------------------------------
@@ -117,13 +125,13 @@ std::unique_ptr<PlannedModel> Load(const TestModel& model) {
   return planned;
 }
 
-std::string Metadata(const AprPlan& plan) {
+std::string Metadata(const FilePlan& plan) {
   AprHeaderFields header = DecodeAprHeader(std::string_view(plan.prefix).substr(0, 64));
   return plan.prefix.substr(header.metadata_offset, header.metadata_size);
 }
 
 // Tensors by name -> (dtype code, data offset, size), from the plan's index.
-std::map<std::string, AprIndexEntry> Index(const AprPlan& plan) {
+std::map<std::string, AprIndexEntry> Index(const FilePlan& plan) {
   AprFile file = ReadAprFile(
       [&](uint64_t offset, uint64_t length) {
         return offset < plan.prefix.size() ? plan.prefix.substr(offset, length) : std::string();
@@ -200,13 +208,13 @@ TEST(QuantizedViewTest, SingleFilePathSortsByNameTiesAZeroHeadAndCountsParams) {
   QuantizedView tied = loaded->Plan(ViewKind::kInt8, facts);
   meta = nlohmann::json::parse(Metadata(tied.plan));
   EXPECT_EQ(meta["tied_embeddings"], true);
-  const AprDataExtent* head = nullptr;
+  const DataExtent* head = nullptr;
   auto tied_index = Index(tied.plan);
-  for (const AprDataExtent& extent : tied.plan.extents) {
+  for (const DataExtent& extent : tied.plan.extents) {
     if (extent.offset == tied.plan.data_offset + tied_index["lm_head.weight"].offset) head = &extent;
   }
   ASSERT_NE(head, nullptr);
-  for (const AprDataExtent& extent : tied.plan.extents) {
+  for (const DataExtent& extent : tied.plan.extents) {
     if (extent.offset == tied.plan.data_offset + tied_index["model.embed_tokens.weight"].offset) {
       EXPECT_EQ(head->source_offset, extent.source_offset) << "the head reads the embedding";
     }

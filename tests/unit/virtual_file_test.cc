@@ -92,12 +92,12 @@ class VirtualFileTest : public ::testing::Test {
     return reference_.substr(offset, length);
   }
 
-  const AprPlan& plan() const { return file_->plan(); }
+  const FilePlan& plan() const { return file_->plan(); }
 
   // Extents of source `source` (shard index).
-  std::vector<AprDataExtent> ExtentsOf(uint32_t source) const {
-    std::vector<AprDataExtent> out;
-    for (const AprDataExtent& e : plan().extents) {
+  std::vector<DataExtent> ExtentsOf(uint32_t source) const {
+    std::vector<DataExtent> out;
+    for (const DataExtent& e : plan().extents) {
       if (e.source == source) out.push_back(e);
     }
     return out;
@@ -120,7 +120,7 @@ TEST_F(VirtualFileTest, WholeFileEqualsReference) {
   // The layout really has padding between payloads and an empty data tensor.
   bool padded = false;
   for (size_t i = 1; i < plan().extents.size(); ++i) {
-    const AprDataExtent& prev = plan().extents[i - 1];
+    const DataExtent& prev = plan().extents[i - 1];
     padded = padded || prev.offset + prev.length < plan().extents[i].offset;
   }
   EXPECT_TRUE(padded);
@@ -129,7 +129,7 @@ TEST_F(VirtualFileTest, WholeFileEqualsReference) {
 TEST_F(VirtualFileTest, ByteByByteNearEveryBoundary) {
   std::set<uint64_t> boundaries = {0, 1, 40, 44, 63, 64, plan().data_offset, plan().footer_offset,
                                    plan().total_size};
-  for (const AprDataExtent& e : plan().extents) {
+  for (const DataExtent& e : plan().extents) {
     boundaries.insert(e.offset);
     boundaries.insert(e.offset + e.length);
     boundaries.insert((e.offset + e.length + 63) / 64 * 64);
@@ -169,8 +169,8 @@ TEST_F(VirtualFileTest, ReadSpanningPrefixDataPaddingAndFooter) {
   EXPECT_TRUE(Get(from, to - from) == Expected(from, to - from));
   EXPECT_TRUE(Get(30, plan().data_offset) == Expected(30, plan().data_offset));
   // From inside one payload, across its padding, into the next payload.
-  const AprDataExtent& a = plan().extents[3];
-  const AprDataExtent& b = plan().extents[4];
+  const DataExtent& a = plan().extents[3];
+  const DataExtent& b = plan().extents[4];
   uint64_t start = a.offset + a.length / 2;
   EXPECT_TRUE(Get(start, b.offset + 5 - start) == Expected(start, b.offset + 5 - start));
 }
@@ -229,11 +229,11 @@ TEST_F(VirtualFileTest, FooterReadCanBeCancelled) {
 
 TEST_F(VirtualFileTest, TruncatedShardFailsWithEioOthersStillRead) {
   const uint32_t victim = 1;
-  std::vector<AprDataExtent> victim_extents = ExtentsOf(victim);
+  std::vector<DataExtent> victim_extents = ExtentsOf(victim);
   ASSERT_FALSE(victim_extents.empty());
   fs::resize_file(shard_files_[victim], fs::file_size(shard_files_[victim]) / 2);
   ssize_t n = 0;
-  for (const AprDataExtent& e : victim_extents) {
+  for (const DataExtent& e : victim_extents) {
     Get(e.offset, e.length, &n);
     EXPECT_EQ(n, -EIO) << "extent at " << e.offset;
     // Any read touching it, even one byte of it at the end of a larger read.
@@ -242,7 +242,7 @@ TEST_F(VirtualFileTest, TruncatedShardFailsWithEioOthersStillRead) {
   }
   // Everything else still reads fine.
   for (uint32_t s : {0u, 2u}) {
-    for (const AprDataExtent& e : ExtentsOf(s)) {
+    for (const DataExtent& e : ExtentsOf(s)) {
       EXPECT_TRUE(Get(e.offset, e.length) == Expected(e.offset, e.length)) << e.offset;
     }
   }
@@ -272,11 +272,11 @@ TEST_F(VirtualFileTest, ShardRewrittenInPlaceFailsWithEio) {
   ASSERT_EQ(after.st_ino, before.st_ino);
   ASSERT_EQ(after.st_size, before.st_size);
   ssize_t n = 0;
-  for (const AprDataExtent& e : ExtentsOf(victim)) {
+  for (const DataExtent& e : ExtentsOf(victim)) {
     std::string got = Get(e.offset, e.length, &n);
     EXPECT_EQ(n, -EIO) << "served bytes of a changed shard at " << e.offset;
   }
-  for (const AprDataExtent& e : ExtentsOf(0)) {
+  for (const DataExtent& e : ExtentsOf(0)) {
     EXPECT_TRUE(Get(e.offset, e.length) == Expected(e.offset, e.length)) << e.offset;
   }
 }
@@ -288,7 +288,7 @@ TEST_F(VirtualFileTest, ShardGrownInPlaceFailsWithEio) {
     out << "appended";
   }
   ssize_t n = 0;
-  for (const AprDataExtent& e : ExtentsOf(victim)) {
+  for (const DataExtent& e : ExtentsOf(victim)) {
     Get(e.offset, e.length, &n);
     EXPECT_EQ(n, -EIO) << e.offset;
   }
@@ -306,7 +306,7 @@ TEST_F(VirtualFileTest, ShardReplacedByRenameKeepsServingOldBytes) {
   EXPECT_EQ(Get(plan().footer_offset, 4), Expected(plan().footer_offset, 4));
   // A deleted shard too: the open descriptor still reads the old inode.
   fs::remove(shard_files_[0]);
-  for (const AprDataExtent& e : ExtentsOf(0)) {
+  for (const DataExtent& e : ExtentsOf(0)) {
     EXPECT_TRUE(Get(e.offset, e.length) == Expected(e.offset, e.length));
   }
 }

@@ -69,7 +69,7 @@ TEST(WorkedExample, WholeFileIsByteIdentical) {
   // aprender's in-memory writer stores data in name order: bias, then weight.
   std::vector<AprTensorSpec> tensors = {{"bias", 0, {3}, 12, 0, 0, std::nullopt},
                                         {"weight", 0, {2, 3}, 24, 1, 0, std::nullopt}};
-  AprPlan plan = BuildAprPlan(SerializeAprMetadata(metadata), tensors);
+  FilePlan plan = BuildAprPlan(SerializeAprMetadata(metadata), tensors);
   std::string file = testing::MaterializePlan(plan, payloads);
   std::string expected = FromHexDump(kWorkedExample);
   ASSERT_EQ(expected.size(), 452u);
@@ -93,7 +93,7 @@ TEST(WorkedExample, GoldenModelMatchesPinnedChecksums) {
                                        F32Bytes({1, 2, 0.5f, -0.5f, 4, -2, 0.25f, 8})};
   std::vector<AprTensorSpec> tensors = {{"bias", 0, {1}, 4, 0, 0, std::nullopt},
                                         {"weights", 0, {8}, 32, 1, 0, std::nullopt}};
-  AprPlan plan = BuildAprPlan(json, tensors);
+  FilePlan plan = BuildAprPlan(json, tensors);
   std::string file = testing::MaterializePlan(plan, payloads);
   ASSERT_EQ(file.size(), 516u);
   EXPECT_EQ(plan.data_offset, 384u);
