@@ -13,6 +13,7 @@
 #include "format/error.h"
 #include "fs/cli/apr_check.h"
 #include "fs/cli/commands.h"
+#include "fs/cli/inspect_safetensors.h"
 
 namespace aprfs {
 namespace {
@@ -36,12 +37,6 @@ class OpenFile {
   int fd_;
 };
 
-std::string ShapeText(const std::vector<uint64_t>& shape) {
-  std::string text = "[";
-  for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
-  return text + "]";
-}
-
 int RunInspect(const InspectArgs& args) {
   OpenFile file(args.file);
   struct stat st;
@@ -55,6 +50,9 @@ int RunInspect(const InspectArgs& args) {
   nlohmann::json report = {{"file", args.file}, {"size", size}};
   AprCheck check;
   try {
+    if (LooksLikeSafetensors(read_at(0, 9))) {
+      return InspectSafetensors(args.file, read_at, size, args.json);
+    }
     check = CheckAprFile(read_at, size, !args.quick);
   } catch (const std::exception& e) {
     std::cerr << "aprfs inspect: " << args.file << ": " << e.what() << "\n";
@@ -141,8 +139,10 @@ int RunInspect(const InspectArgs& args) {
 
 void RegisterInspect(CLI::App& app, int& exit_code) {
   auto args = std::make_shared<InspectArgs>();
-  CLI::App* cmd = app.add_subcommand("inspect", "Check an .apr file: header, metadata, index");
-  cmd->add_option("FILE", args->file, "A mounted or materialized .apr file")->required();
+  CLI::App* cmd = app.add_subcommand(
+      "inspect", "Check an .apr file (header, metadata, index) or a .safetensors file");
+  cmd->add_option("FILE", args->file, "A mounted or materialized .apr or .safetensors file")
+      ->required();
   cmd->add_flag("--json", args->json, "Machine-readable output");
   cmd->add_flag("--quick", args->quick, "Skip the footer CRC (it reads the whole file)");
   cmd->callback([args, &exit_code] { exit_code = RunInspect(*args); });

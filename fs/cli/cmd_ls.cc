@@ -80,7 +80,9 @@ int RunLs(const LsArgs& args) {
     for (const std::string& path : paths[model->ref.key]) name += (name.empty() ? "" : " ") + path;
     if (name.empty()) name = "(hidden: name taken) " + model->ref.key;
     width = std::max(width, name.size());
-    width = std::max(width, 2 + ViewFileName(model->ref.name, ViewKind::kInt8).size());
+    for (ViewKind view : kAllViews) {
+      width = std::max(width, 2 + ViewFileName(model->ref.name, view).size());
+    }
     names.push_back(name);
   }
   width += 2;

@@ -41,6 +41,8 @@ std::vector<ViewKind> ParseViewList(const std::string& text);
 
 // "1.5 GiB"-style sizes for people.
 std::string HumanBytes(uint64_t bytes);
+// "[4096, 512]".
+std::string ShapeText(const std::vector<uint64_t>& shape);
 // Sets the global logger: level name ("info", "debug"...) and optional file.
 void SetUpLogging(const std::string& level, const std::string& file);
 

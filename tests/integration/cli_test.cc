@@ -303,5 +303,49 @@ TEST_F(MountTest, InspectChecksTheFooterOfACopyUnlessQuick) {
   EXPECT_EQ(check.exit_code, 1) << "aprcheck accepted a corrupted copy: " << check.Describe();
 }
 
+// The merged safetensors view passes inspect in the mount and as a copy; a truncated copy and a
+// header that breaks the reader's rules are named.
+TEST_F(MountTest, InspectReadsSafetensorsFilesAndNamesTheBrokenRule) {
+  tw::TestModel model = tw::LlamaLikeModel(2, 2, true, 104);
+  tw::WriteModel(Model("st"), model);
+  ASSERT_NO_FATAL_FAILURE(MountModels());
+  ProcResult mounted = RunAprfs({"inspect", "--json", MP("st.safetensors")}, 60s);
+  EXPECT_EQ(mounted.exit_code, 0) << mounted.Describe();
+  nlohmann::json report = nlohmann::json::parse(mounted.out, nullptr, false);
+  ASSERT_TRUE(report.is_object()) << mounted.Describe();
+  EXPECT_EQ(report["format"], "safetensors");
+  EXPECT_EQ(report["valid"], true);
+  EXPECT_EQ(report["tensor_count"], model.TensorsByName().size());
+  EXPECT_EQ(report["metadata"], nlohmann::json({{"format", "pt"}}));
+  EXPECT_TRUE(report["warnings"].empty()) << report["warnings"];
+
+  const std::string copy = work_dir() + "/st.safetensors";
+  ProcResult cp = RunCommand({"cp", MP("st.safetensors"), copy}, 60s);
+  ASSERT_EQ(cp.exit_code, 0) << cp.Describe();
+  ProcResult text = RunAprfs({"inspect", copy}, 60s);
+  EXPECT_EQ(text.exit_code, 0) << text.Describe();
+  EXPECT_NE(text.out.find("safetensors, "), std::string::npos) << text.Describe();
+  EXPECT_NE(text.out.find("\nvalid\n"), std::string::npos) << text.Describe();
+
+  ASSERT_EQ(truncate(copy.c_str(), static_cast<off_t>(FileSize(copy) - 1)), 0);
+  ProcResult truncated = RunAprfs({"inspect", copy}, 60s);
+  EXPECT_EQ(truncated.exit_code, 1) << truncated.Describe();
+  EXPECT_NE(truncated.out.find("INVALID"), std::string::npos) << truncated.Describe();
+  EXPECT_NE(truncated.out.find(copy), std::string::npos) << "names the file: " << truncated.Describe();
+
+  // No "format" and an unpadded header: valid for the reader, with the loaders' caveats.
+  tw::SafetensorsLayout bare;
+  bare.pad_header_to_8 = false;
+  bare.metadata.clear();
+  const std::string odd = work_dir() + "/odd.safetensors";
+  tw::WriteFile(odd, tw::SafetensorsBytes({tw::MakeTensor("w", "F16", {3})}, bare));
+  ProcResult warned = RunAprfs({"inspect", "--json", odd}, 60s);
+  EXPECT_EQ(warned.exit_code, 0) << warned.Describe();
+  report = nlohmann::json::parse(warned.out, nullptr, false);
+  ASSERT_TRUE(report.is_object()) << warned.Describe();
+  EXPECT_EQ(report["warnings"].size(), 1u + (report["header_len"].get<uint64_t>() % 8 != 0))
+      << report["warnings"];
+}
+
 }  // namespace
 }  // namespace aprfs_itest
