@@ -152,6 +152,11 @@ LoadedModel LoadLocalModel(const std::string& dir, const std::string& name,
     model.set.shards.push_back(ReadLocalShard(dir, file, opened));
     model.sources.push_back(std::move(opened));
   }
+  model.read_text = [dir](const std::string& path) -> std::optional<std::string> {
+    const fs::path file = fs::path(dir) / path;
+    if (!IsFile(file)) return std::nullopt;
+    return ReadSmallFile(file.string(), kMaxJsonFile);
+  };
   model.reload = [dir, name, source_uri, shard_files, sources = model.sources] {
     std::vector<std::string> now;
     ShardSet set = ReadModelFiles(dir, name, source_uri, now);

@@ -21,6 +21,10 @@ struct LoadedModel {
   // mount): the headers read through the same sources, the small files read again. Throws
   // FormatError when the model's files no longer match the sources.
   std::function<ShardSet()> reload;
+  // A small file of the model (tokenizer_config.json, tokenizer.model...) by its path in the
+  // folder or repo, read when asked; nullopt when the model has none. Throws FormatError when
+  // it exists but cannot be read.
+  std::function<std::optional<std::string>(const std::string& path)> read_text;
 };
 
 // Which files of a folder make a model: the index's shards, else model.safetensors, else every

@@ -453,6 +453,11 @@ LoadedModel LoadRemoteModel(RemoteContext& context, const RemoteRepoSpec& spec) 
   model.set.config = std::move(side.config);
   model.set.tokenizer = std::move(side.tokenizer);
   // Everything it reads is pinned by the commit and cached: a reload needs no network.
+  model.read_text = [&context, revision](const std::string& path) -> std::optional<std::string> {
+    const RepoFile* file = revision.Find(path);
+    if (!file) return std::nullopt;
+    return SmallFile(context, revision, *file);
+  };
   model.reload = [&context, spec, revision, shard_files, sources = model.sources] {
     std::vector<std::string> now;
     ShardSet set = ReadRepoFiles(context, spec, revision, now);

@@ -266,8 +266,9 @@ std::shared_ptr<const BuiltModel> Catalog::Build(const ModelRef& ref, uint64_t f
     built->file = std::make_shared<VirtualFile>(file_name, std::move(imported.plan), loaded.sources,
                                                 built->counters, std::move(compute));
     built->views = std::make_shared<ModelViews>(ref.name, std::move(loaded.sources),
-                                                std::move(loaded.reload), built->file, counters,
-                                                computed, verdicts_.get());
+                                                std::move(loaded.reload),
+                                                std::move(loaded.read_text), built->file,
+                                                counters, computed, verdicts_.get());
     built->mtime_ns = NewestMtime(*built->file);
     if (built->mtime_ns == 0) {  // nothing local yet: the time the model was first planned
       built->mtime_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(

@@ -46,6 +46,7 @@ join() {  # NAME: waits for a background step, shows its output and how long it 
 }
 
 step ./scripts/install-deps.sh --all
+step ./scripts/install-node-tools.sh
 # A build that fails leaves nothing to test.
 step ./scripts/build.sh -DBUILD_TESTING=ON -DAPRFS_BENCH=ON
 [ $status = 0 ] || exit 1

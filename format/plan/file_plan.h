@@ -28,7 +28,7 @@ struct FilePlan {
   std::vector<DataExtent> extents;   // sorted by offset, non-empty, non-overlapping
   std::vector<TensorCodec> codecs;   // of the computed extents
   uint32_t tensor_count = 0;
-  uint64_t data_offset = 0;          // == prefix.size()
+  uint64_t data_offset = 0;          // where tensor data starts (the prefix may hold some)
   // The APR footer: a CRC32 of every byte before it, 4 bytes at footer_offset. A format
   // without one has footer_offset == total_size.
   uint64_t footer_offset = 0;

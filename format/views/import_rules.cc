@@ -60,6 +60,11 @@ TensorDispatch Dispatch(ViewKind view, ImportPath path, SourceDtype from, std::s
   const bool half = from == SourceDtype::kF16 || from == SourceDtype::kBF16;
   switch (view) {
     case ViewKind::kApr:
+    case ViewKind::kSafetensors:  // not APR views: never dispatched
+    case ViewKind::kGguf:
+    case ViewKind::kGgufF16:
+    case ViewKind::kGgufBf16:
+    case ViewKind::kGgufF32:
       break;
     case ViewKind::kF16:
       // Path H passes F16 and BF16 through untouched (BF16 stays BF16); path S converts every

@@ -10,6 +10,10 @@ std::string_view ViewName(ViewKind view) {
     case ViewKind::kInt8: return "int8";
     case ViewKind::kInt4: return "int4";
     case ViewKind::kSafetensors: return "safetensors";
+    case ViewKind::kGguf: return "gguf";
+    case ViewKind::kGgufF16: return "gguf-f16";
+    case ViewKind::kGgufBf16: return "gguf-bf16";
+    case ViewKind::kGgufF32: return "gguf-f32";
   }
   return "?";
 }
@@ -35,17 +39,48 @@ std::string ViewStem(std::string_view model_name, ViewKind view) {
   return stem;
 }
 
+namespace {
+
+// The outtype in a GGUF file name, as llama.cpp's tools name their files.
+std::string_view GgufInfix(ViewKind view) {
+  switch (view) {
+    case ViewKind::kGgufF16: return "F16";
+    case ViewKind::kGgufBf16: return "BF16";
+    case ViewKind::kGgufF32: return "F32";
+    default: return "";
+  }
+}
+
+bool EndsWith(std::string_view text, std::string_view suffix) {
+  return text.size() > suffix.size() && text.substr(text.size() - suffix.size()) == suffix;
+}
+
+}  // namespace
+
 std::string ViewFileName(std::string_view model_name, ViewKind view) {
   if (view == ViewKind::kSafetensors) return std::string(model_name) + ".safetensors";
+  if (IsGgufView(view)) {
+    std::string_view infix = GgufInfix(view);
+    return std::string(model_name) + (infix.empty() ? "" : "." + std::string(infix)) + ".gguf";
+  }
   return ViewStem(model_name, view) + ".apr";
 }
 
 std::optional<std::pair<std::string, ViewKind>> SplitViewFileName(std::string_view file_name) {
   constexpr std::string_view kSafetensors = ".safetensors";
-  if (file_name.size() > kSafetensors.size() &&
-      file_name.substr(file_name.size() - kSafetensors.size()) == kSafetensors) {
+  if (EndsWith(file_name, kSafetensors)) {
     return std::make_pair(std::string(file_name.substr(0, file_name.size() - kSafetensors.size())),
                           ViewKind::kSafetensors);
+  }
+  if (EndsWith(file_name, ".gguf")) {
+    std::string_view stem = file_name.substr(0, file_name.size() - 5);
+    for (ViewKind view : {ViewKind::kGgufF16, ViewKind::kGgufBf16, ViewKind::kGgufF32}) {
+      const std::string suffix = "." + std::string(GgufInfix(view));
+      if (EndsWith(stem, suffix)) {
+        return std::make_pair(std::string(stem.substr(0, stem.size() - suffix.size())), view);
+      }
+    }
+    return std::make_pair(std::string(stem), ViewKind::kGguf);
   }
   constexpr std::string_view kExtension = ".apr";
   if (file_name.size() <= kExtension.size() ||

@@ -90,11 +90,12 @@ int RunPrefetch(const PrefetchArgs& args) {
               << ": not in an aprfs mount (give a mounted .apr or ORG/NAME)\n";
     return 1;
   }
-  // A computed file (a quantized view, or an .apr with FP8 weights): the daemon computes it
-  // into its cache as it is read (fetching what it needs). The others are their shards' bytes.
-  if (target.mounted && ((target.mounted->view != ViewKind::kApr &&
-                          target.mounted->view != ViewKind::kSafetensors) ||
-                         KeepsComputedBytes(*target.mounted))) {
+  // A computed file (a quantized APR view, or an .apr with FP8 weights): the daemon computes
+  // it into its cache as it is read (fetching what it needs). For the others (their shards'
+  // bytes, or cheap conversions of them) the shards are what to fetch.
+  if (target.mounted &&
+      ((IsAprView(target.mounted->view) && target.mounted->view != ViewKind::kApr) ||
+       KeepsComputedBytes(*target.mounted))) {
     return PrefetchMountedView(*target.mounted, target.label);
   }
   if (!target.catalog || (target.mounted && !target.mounted->remote()) ||

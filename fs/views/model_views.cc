@@ -13,6 +13,7 @@
 
 #include "fetch/sha256.h"
 #include "format/error.h"
+#include "format/gguf/gguf_view.h"
 #include "format/views/merged_safetensors.h"
 #include "format/views/quantized_view.h"
 #include "fs/views/value_scan.h"
@@ -79,11 +80,14 @@ void VerdictBook::Put(const std::string& key, const SingleFileVerdict& verdict) 
 }
 
 ModelViews::ModelViews(std::string model_name, std::vector<std::shared_ptr<ByteSource>> sources,
-                       std::function<ShardSet()> reload, std::shared_ptr<VirtualFile> plain,
-                       ViewCounters counters, ComputedCache computed_cache, VerdictBook* verdicts)
+                       std::function<ShardSet()> reload,
+                       std::function<std::optional<std::string>(const std::string&)> read_text,
+                       std::shared_ptr<VirtualFile> plain, ViewCounters counters,
+                       ComputedCache computed_cache, VerdictBook* verdicts)
     : name_(std::move(model_name)),
       sources_(std::move(sources)),
       reload_(std::move(reload)),
+      read_text_(std::move(read_text)),
       counters_(std::move(counters)),
       computed_cache_(computed_cache),
       verdicts_(verdicts) {
@@ -125,7 +129,7 @@ std::string ModelViews::Error(ViewKind view) const {
 }
 
 bool ModelViews::Unchecked(ViewKind view) const {
-  if (view == ViewKind::kApr || view == ViewKind::kSafetensors || !verdicts_) return false;
+  if (view == ViewKind::kApr || !IsAprView(view) || !verdicts_) return false;
   {
     std::lock_guard lock(mu_);
     if (!single_file_) return false;
@@ -137,8 +141,9 @@ std::shared_ptr<VirtualFile> ModelViews::Plan(ViewKind view, std::string& error)
   const std::string file_name = ViewFileName(name_, view);
   try {
     ShardSet set = reload_();
-    if (view == ViewKind::kSafetensors) {  // verbatim extents of the shards: nothing to check
-      FilePlan plan = PlanMergedSafetensors(set);
+    if (!IsAprView(view)) {  // other formats: nothing of aprender's to check
+      FilePlan plan = view == ViewKind::kSafetensors ? PlanMergedSafetensors(set)
+                                                     : PlanGguf(set, view);
       spdlog::info("{}: {} tensors, {} bytes", file_name, plan.tensor_count, plan.total_size);
       return std::make_shared<VirtualFile>(file_name, std::move(plan), sources_,
                                            counters_[ViewIndex(view)]);
@@ -173,6 +178,20 @@ std::shared_ptr<VirtualFile> ModelViews::Plan(ViewKind view, std::string& error)
     malloc_trim(0);
     return nullptr;
   }
+}
+
+FilePlan ModelViews::PlanGguf(const ShardSet& set, ViewKind view) {
+  ModelTexts texts;
+  for (const char* name : kGgufModelTexts) {
+    if (std::optional<std::string> text = read_text_ ? read_text_(name) : std::nullopt) {
+      texts[name] = std::move(*text);
+    }
+  }
+  const GgufOuttype outtype = view == ViewKind::kGgufF16    ? GgufOuttype::kF16
+                              : view == ViewKind::kGgufBf16 ? GgufOuttype::kBF16
+                              : view == ViewKind::kGgufF32  ? GgufOuttype::kF32
+                                                            : GgufOuttype::kAuto;
+  return PlanGgufView(set, texts, outtype);
 }
 
 std::optional<SingleFileVerdict> ModelViews::Verdict() {

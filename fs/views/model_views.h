@@ -42,9 +42,12 @@ using ViewCounters = std::array<std::shared_ptr<ReadCounters>, kViewCount>;
 // each planned the first time it is asked for, from the same sources.
 class ModelViews {
  public:
+  // `read_text` reads a small file of the model by path (nullopt when absent).
   ModelViews(std::string model_name, std::vector<std::shared_ptr<ByteSource>> sources,
-             std::function<ShardSet()> reload, std::shared_ptr<VirtualFile> plain,
-             ViewCounters counters, ComputedCache computed_cache, VerdictBook* verdicts);
+             std::function<ShardSet()> reload,
+             std::function<std::optional<std::string>(const std::string&)> read_text,
+             std::shared_ptr<VirtualFile> plain, ViewCounters counters,
+             ComputedCache computed_cache, VerdictBook* verdicts);
 
   // The view's file, planned on first use; null when the model has no such view (Error then
   // says why: a dtype aprender cannot convert, values it refuses...).
@@ -67,6 +70,8 @@ class ModelViews {
   };
   // Plans the view; on failure sets `error`.
   std::shared_ptr<VirtualFile> Plan(ViewKind view, std::string& error);
+  // A GGUF view's plan, from the shards' headers and the model's small files.
+  FilePlan PlanGguf(const ShardSet& set, ViewKind view);
   // The single-file checks, before a quantized view of such a model serves a byte.
   int CheckValues(ViewKind view, bool planned_zero_head);
   std::optional<SingleFileVerdict> Verdict();  // scans on first use; nullopt when it failed
@@ -74,6 +79,7 @@ class ModelViews {
   const std::string name_;
   const std::vector<std::shared_ptr<ByteSource>> sources_;
   const std::function<ShardSet()> reload_;
+  const std::function<std::optional<std::string>(const std::string&)> read_text_;
   const ViewCounters counters_;
   const ComputedCache computed_cache_;
   VerdictBook* const verdicts_;

@@ -125,6 +125,12 @@ std::optional<std::string> RangeDiffers(const std::string& want, uint64_t offset
 
 std::string ViewFileName(const std::string& model, const std::string& view) {
   if (view == "safetensors") return model + ".safetensors";
+  if (view == "gguf") return model + ".gguf";
+  if (view.rfind("gguf-", 0) == 0) {  // gguf-f16 -> NAME.F16.gguf
+    std::string type = view.substr(5);
+    for (char& c : type) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    return model + "." + type + ".gguf";
+  }
   return view == "apr" ? model + ".apr" : model + "." + view + ".apr";
 }
 

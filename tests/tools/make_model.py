@@ -439,6 +439,52 @@ def preset_fp8_tiny(tie, shards, fp8_scale="F32"):
     return Preset(tensors, config, tok, 2, values="realistic")
 
 
+LLAMA3_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| "
+                r"?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN2_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| "
+               r"?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def preset_qwen2_tiny(tie, shards, wdtype="BF16"):
+    """Qwen2-shaped, for the GGUF views: q/k/v biases, tied embeddings, a byte-level BPE
+    tokenizer with every byte, Qwen2's pre-tokenizer, and config.vocab_size above the
+    tokenizer's size (the converter pads with [PAD] tokens). Lively values: its logits show
+    any wrong byte."""
+    h, inter, layers, heads, kv, n_tokens, vocab = 64, 160, 2, 4, 2, 256 + 48 + 3, 320
+    tensors = llama_tensors(h, inter, layers, heads, kv, vocab, wdtype=wdtype, tie=True)
+    for i in range(layers):
+        p = "model.layers.%d.self_attn." % i
+        at = next(j for j, t in enumerate(tensors) if t.name == p + "o_proj.weight")
+        tensors[at:at] = [Tensor(p + "q_proj.bias", wdtype, [h]),
+                          Tensor(p + "k_proj.bias", wdtype, [kv * h // heads]),
+                          Tensor(p + "v_proj.bias", wdtype, [kv * h // heads])]
+    config = llama_config(h, inter, layers, heads, kv, vocab, True, bos=n_tokens - 3,
+                          eos=n_tokens - 2)
+    config.update({"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2",
+                   "max_position_embeddings": 512, "sliding_window": 512,
+                   "use_sliding_window": False})
+    tok = dict(vocab_size=n_tokens, n_merges=48,
+               specials=["<|endoftext|>", "<|im_start|>", "<|im_end|>"], split_regex=QWEN2_REGEX)
+    return Preset(tensors, config, tok, 2, values="lively")
+
+
+def preset_llama3_tiny(tie, shards, wdtype="BF16"):
+    """Llama-3-shaped, for the GGUF views: grouped-query attention (the Q/K row permutation
+    with different head counts), llama3 RoPE scaling (the generated rope_freqs tensor), an
+    untied lm_head, Llama 3's pre-tokenizer with ignore_merges and a BOS template."""
+    h, inter, layers, heads, kv, vocab = 64, 160, 2, 4, 2, 256 + 48 + 2
+    tensors = llama_tensors(h, inter, layers, heads, kv, vocab, wdtype=wdtype, tie=False)
+    config = llama_config(h, inter, layers, heads, kv, vocab, False, bos=vocab - 2, eos=vocab - 1)
+    config.update({"max_position_embeddings": 1024, "rope_theta": 500000.0,
+                   "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0,
+                                    "high_freq_factor": 4.0,
+                                    "original_max_position_embeddings": 8192,
+                                    "rope_type": "llama3"}})
+    tok = dict(vocab_size=vocab, n_merges=48, specials=["<|begin_of_text|>", "<|end_of_text|>"],
+               split_regex=LLAMA3_REGEX, ignore_merges=True, bos_template="<|begin_of_text|>")
+    return Preset(tensors, config, tok, 2, values="lively")
+
+
 # Presets whose layer count --layers may change.
 LAYERED_PRESETS = ("bench-dense", "deepseek-v3")
 # Presets whose projection/embedding dtype --weights-dtype may change.
@@ -456,6 +502,8 @@ PRESETS = {
     "edge": preset_edge,
     "phi4": preset_phi4,
     "many-shards": preset_many_shards,
+    "qwen2-tiny": preset_qwen2_tiny,
+    "llama3-tiny": preset_llama3_tiny,
 }
 
 
@@ -477,10 +525,13 @@ def byte_level_alphabet():
     return [chr(c) for c in cs]
 
 
-def make_tokenizer(vocab_size, n_merges, specials, seed):
+def make_tokenizer(vocab_size, n_merges, specials, seed, split_regex=None, ignore_merges=False,
+                   bos_template=None):
     """A self-consistent synthetic byte-level BPE tokenizer.json (as a dict).
 
-    ids: [0, base) byte tokens, then one token per merge, then the specials.
+    ids: [0, base) byte tokens, then one token per merge, then the specials. `split_regex`:
+    a Split pre-tokenizer before ByteLevel, as Llama 3 and Qwen2 have; `bos_template`: a
+    TemplateProcessing post-processor that puts that token first (Llama 3).
     """
     base_n = vocab_size - n_merges - len(specials)
     if not 0 < base_n <= 256:
@@ -507,19 +558,37 @@ def make_tokenizer(vocab_size, n_merges, specials, seed):
                       "lstrip": False, "rstrip": False, "normalized": False, "special": True})
     byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
                   "use_regex": True}
+    pre = byte_level
+    if split_regex is not None:
+        pre = {"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": split_regex}, "behavior": "Isolated",
+             "invert": False},
+            dict(byte_level, use_regex=False)]}
+    post = dict(byte_level, trim_offsets=False)
+    if bos_template is not None:
+        bos_id = vocab[bos_template]
+        post = {"type": "TemplateProcessing",
+                "single": [{"SpecialToken": {"id": bos_template, "type_id": 0}},
+                           {"Sequence": {"id": "A", "type_id": 0}}],
+                "pair": [{"SpecialToken": {"id": bos_template, "type_id": 0}},
+                         {"Sequence": {"id": "A", "type_id": 0}},
+                         {"SpecialToken": {"id": bos_template, "type_id": 1}},
+                         {"Sequence": {"id": "B", "type_id": 1}}],
+                "special_tokens": {bos_template: {"id": bos_template, "ids": [bos_id],
+                                                  "tokens": [bos_template]}}}
     return {
         "version": "1.0",
         "truncation": None,
         "padding": None,
         "added_tokens": added,
         "normalizer": None,
-        "pre_tokenizer": byte_level,
-        "post_processor": dict(byte_level, trim_offsets=False),
+        "pre_tokenizer": pre,
+        "post_processor": post,
         "decoder": byte_level,
         "model": {
             "type": "BPE", "dropout": None, "unk_token": None,
             "continuing_subword_prefix": None, "end_of_word_suffix": None,
-            "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+            "fuse_unk": False, "byte_fallback": False, "ignore_merges": ignore_merges,
             "vocab": vocab, "merges": merges,
         },
     }
@@ -617,6 +686,17 @@ def value_rng(seed, tensor):
     return random.Random(int.from_bytes(key, "little"))
 
 
+def lively_floats(rng, tensor):
+    """Values under which every part of a forward pass moves the logits: projections with
+    sigma 0.25 (attention scores spread, so a wrong Q/K row order shows), embeddings and
+    biases with sigma 1, norms near 1. For the GGUF views' logit checks."""
+    n = tensor.numel
+    if "norm" in tensor.name:
+        return [1.0 + rng.gauss(0.0, 0.1) for _ in range(n)]
+    sigma = 0.25 if "proj.weight" in tensor.name else 1.0
+    return [rng.gauss(0.0, sigma) for _ in range(n)]
+
+
 def realistic_floats(rng, tensor):
     """Norms near 1; otherwise small zero-mean weights (sigma 0.02) with the patterns the
     encoders treat specially: some 32-value blocks all positive (Q4_K clips them), some all
@@ -639,9 +719,11 @@ def realistic_floats(rng, tensor):
     return vals
 
 
-def realistic_bytes(seed, tensor):
+def realistic_bytes(seed, tensor, lively=False):
     """The whole tensor, or None for dtypes that keep random bits (integers, BOOL)."""
     rng = value_rng(seed, tensor)
+    if lively and tensor.dtype in FLOAT_DTYPES:
+        return encode_floats(lively_floats(rng, tensor), tensor.dtype)
     if tensor.dtype == "F8_E4M3":
         return rng.randbytes(tensor.numel).translate(FP8_CODES)
     if tensor.name.endswith("_scale_inv"):
@@ -728,7 +810,8 @@ def apply_knobs(chunk, tensor, first, transforms):
 
 def tensor_data(args, tensor, knobs):
     """The tensor's bytes in CHUNK pieces: random bits or realistic values, then the knobs."""
-    data = realistic_bytes(args.seed, tensor) if args.values == "realistic" else None
+    data = (realistic_bytes(args.seed, tensor, lively=args.values == "lively")
+            if args.values in ("realistic", "lively") else None)
     if data is None:
         chunks = tensor_chunks(args.seed, tensor)
     else:
@@ -994,7 +1077,7 @@ def parse_args(argv):
     p.add_argument("--weights-dtype", default=None, choices=["BF16", "F16", "F32"],
                    help="dtype of the projection and embedding weights (%s; default BF16)"
                         % ", ".join(WEIGHTS_DTYPE_PRESETS))
-    p.add_argument("--values", default=None, choices=["random-bits", "realistic"],
+    p.add_argument("--values", default=None, choices=["random-bits", "realistic", "lively"],
                    help="tensor values: random bit patterns (default of the older presets) or "
                         "realistic weights (default of quant-tiny and fp8-tiny)")
     p.add_argument("--poison", action="append", metavar="NAME:nan|inf|mean",
@@ -1018,7 +1101,7 @@ def parse_args(argv):
         if ":" not in spec or spec.rsplit(":", 1)[1] not in ("nan", "inf", "mean"):
             p.error("--poison takes NAME:nan, NAME:inf or NAME:mean, not %r" % spec)
     if args.sparse and (args.poison or args.zero_lm_head or args.zero_tensor
-                        or args.values == "realistic"):
+                        or args.values in ("realistic", "lively")):
         p.error("--sparse writes no data: it excludes --poison, --zero-*, --values realistic")
     if args.hf_cache is True:
         if not args.out_dir:

@@ -1,0 +1,216 @@
+#include "format/gguf/gguf_arch.h"
+
+#include <cmath>
+#include <cstdio>
+#include <initializer_list>
+
+#include "format/error.h"
+#include "format/model/model_config.h"
+
+namespace aprfs {
+namespace {
+
+const nlohmann::json* First(const nlohmann::json& json, std::initializer_list<const char*> keys) {
+  for (const char* key : keys) {
+    auto it = json.find(key);
+    if (it != json.end() && !it->is_null()) return &*it;
+  }
+  return nullptr;
+}
+
+std::optional<uint64_t> Count(const nlohmann::json& json, std::initializer_list<const char*> keys,
+                              const std::string& file) {
+  const nlohmann::json* value = First(json, keys);
+  if (!value) return std::nullopt;
+  if (!value->is_number_integer() || value->get<int64_t>() < 0 ||
+      value->get<uint64_t>() > UINT32_MAX) {
+    throw FormatError(file + ": " + *keys.begin() + " is " + value->dump() +
+                      ", not a count the GGUF loader reads as u32");
+  }
+  return value->get<uint64_t>();
+}
+
+std::optional<float> Number(const nlohmann::json& json, std::initializer_list<const char*> keys) {
+  const nlohmann::json* value = First(json, keys);
+  if (!value || !value->is_number()) return std::nullopt;
+  return static_cast<float>(value->get<double>());
+}
+
+// transformers' defaults for what the converter reads, per config class (§2.4–2.6).
+void ApplyDefaults(GgufArch arch, nlohmann::json& json) {
+  auto fill = [&](const char* key, nlohmann::json value) {
+    if (!json.contains(key) || json[key].is_null()) json[key] = std::move(value);
+  };
+  switch (arch) {
+    case GgufArch::kLlama:
+      fill("max_position_embeddings", 2048);
+      fill("rms_norm_eps", 1e-6);
+      fill("rope_theta", 10000.0);
+      if (json.contains("num_attention_heads")) fill("num_key_value_heads", json["num_attention_heads"]);
+      break;
+    case GgufArch::kQwen2:
+      fill("max_position_embeddings", 32768);
+      fill("rms_norm_eps", 1e-6);
+      fill("rope_theta", 10000.0);
+      fill("num_key_value_heads", 32);
+      break;
+    case GgufArch::kQwen3:
+      fill("max_position_embeddings", 32768);
+      fill("rms_norm_eps", 1e-6);
+      fill("rope_theta", 10000.0);
+      fill("num_key_value_heads", 32);
+      fill("head_dim", 128);
+      break;
+  }
+}
+
+}  // namespace
+
+GgufConfig ParseGgufConfig(const std::string& text, const std::string& file) {
+  GgufConfig config;
+  nlohmann::json json = ParseLenientJson(text);
+  if (!json.is_object()) throw FormatError(file + ": not a JSON object");
+  if (json.contains("text_config") && json["text_config"].is_object()) {
+    for (const auto& [key, value] : json["text_config"].items()) json[key] = value;
+  }
+  std::string hf_arch;
+  if (json.contains("architectures") && json["architectures"].is_array() &&
+      !json["architectures"].empty() && json["architectures"][0].is_string()) {
+    hf_arch = json["architectures"][0].get<std::string>();
+  }
+  if (hf_arch == "LlamaForCausalLM" || hf_arch == "LLaMAForCausalLM" ||
+      hf_arch == "MistralForCausalLM") {
+    config.arch = GgufArch::kLlama;
+    config.arch_name = "llama";
+  } else if (hf_arch == "Qwen2ForCausalLM" || hf_arch == "Qwen2Model") {
+    config.arch = GgufArch::kQwen2;
+    config.arch_name = "qwen2";
+  } else if (hf_arch == "Qwen3ForCausalLM" || hf_arch == "Qwen3Model") {
+    config.arch = GgufArch::kQwen3;
+    config.arch_name = "qwen3";
+  } else {
+    throw FormatError(file + ": architecture " + (hf_arch.empty() ? "(none)" : Quote(hf_arch)) +
+                      " has no GGUF mapping in aprfs (mapped: LlamaForCausalLM, "
+                      "MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)");
+  }
+  ApplyDefaults(config.arch, json);
+  auto required = [&](std::initializer_list<const char*> keys) -> uint32_t {
+    std::optional<uint64_t> value = Count(json, keys, file);
+    if (!value || *value == 0) {
+      throw FormatError(file + ": " + *keys.begin() + " is missing: llama.cpp needs it");
+    }
+    return static_cast<uint32_t>(*value);
+  };
+  config.block_count = required({"n_layers", "num_hidden_layers", "n_layer", "num_layers"});
+  config.embedding_length = required({"hidden_size", "n_embd", "dim"});
+  config.head_count = required({"num_attention_heads", "n_head", "n_heads"});
+  config.head_count_kv = required({"num_key_value_heads", "n_kv_heads"});
+  std::optional<uint64_t> head_dim = Count(json, {"head_dim"}, file);
+  config.head_dim = head_dim && *head_dim > 0 ? static_cast<uint32_t>(*head_dim)
+                                              : config.embedding_length / config.head_count;
+  if (std::optional<uint64_t> vocab = Count(json, {"vocab_size"}, file)) {
+    config.vocab_size = static_cast<uint32_t>(*vocab);
+  }
+  const nlohmann::json* rope = First(json, {"rope_parameters", "rope_scaling"});
+  if (rope && rope->is_object()) {
+    const nlohmann::json* type = First(*rope, {"rope_type", "type"});
+    if (type && type->is_string()) {
+      for (char c : type->get<std::string>()) config.rope_type += static_cast<char>(std::tolower(c));
+    }
+  }
+  config.json = std::move(json);
+  return config;
+}
+
+std::string SizeLabel(uint64_t total_params) {
+  const double total = static_cast<double>(total_params);
+  char suffix = 'K';
+  double scaled = total * 1e-3;
+  if (total > 1e12) {
+    suffix = 'T', scaled = total * 1e-12;
+  } else if (total > 1e9) {
+    suffix = 'B', scaled = total * 1e-9;
+  } else if (total > 1e6) {
+    suffix = 'M', scaled = total * 1e-6;
+  }
+  const std::string whole = std::to_string(static_cast<uint64_t>(std::llround(scaled)));
+  const int decimals = std::max(2 - static_cast<int>(whole == "0" ? 0 : whole.size()), 0);
+  char text[64];
+  std::snprintf(text, sizeof text, "%.*f%c", decimals, scaled, suffix);
+  return text;
+}
+
+void AddArchitectureKeys(const GgufConfig& config, const std::string& model_name,
+                         uint32_t file_type, uint64_t total_params, GgufMetadata& kv) {
+  const std::string& a = config.arch_name;
+  const nlohmann::json& json = config.json;
+  kv.String("general.architecture", a);
+  kv.String("general.type", "model");
+  kv.String("general.name", model_name);
+  kv.String("general.size_label", SizeLabel(total_params));
+
+  kv.U32(a + ".block_count", config.block_count);
+  const std::string file = "config.json";
+  if (auto n = Count(json, {"max_position_embeddings", "n_ctx", "n_positions", "max_length",
+                            "max_sequence_length", "model_max_length"}, file)) {
+    kv.U32(a + ".context_length", static_cast<uint32_t>(*n));
+  }
+  kv.U32(a + ".embedding_length", config.embedding_length);
+  if (auto n = Count(json, {"intermediate_size", "n_inner", "hidden_dim"}, file)) {
+    kv.U32(a + ".feed_forward_length", static_cast<uint32_t>(*n));
+  }
+  kv.U32(a + ".attention.head_count", config.head_count);
+  kv.U32(a + ".attention.head_count_kv", config.head_count_kv);
+  if (json.contains("is_causal") && json["is_causal"] == false) kv.Bool(a + ".attention.causal", false);
+
+  // RoPE scaling (§2.3.1); llama3's becomes the rope_freqs tensor instead.
+  const nlohmann::json* rope = First(json, {"rope_parameters", "rope_scaling"});
+  if (rope && rope->is_object()) {
+    const std::optional<float> factor = Number(*rope, {"factor"});
+    if (config.rope_type == "linear" && factor) {
+      kv.String(a + ".rope.scaling.type", "linear");
+      kv.F32(a + ".rope.scaling.factor", *factor);
+    } else if (config.rope_type == "yarn" && factor) {
+      kv.String(a + ".rope.scaling.type", "yarn");
+      kv.F32(a + ".rope.scaling.factor", *factor);
+      std::optional<uint64_t> original = Count(*rope, {"original_max_position_embeddings"}, file);
+      if (!original) {
+        throw FormatError(file + ": yarn rope scaling without original_max_position_embeddings");
+      }
+      kv.U32(a + ".rope.scaling.original_context_length", static_cast<uint32_t>(*original));
+      if (auto v = Number(*rope, {"extrapolation_factor"})) kv.F32(a + ".rope.scaling.yarn_ext_factor", *v);
+      if (auto v = Number(*rope, {"attention_factor", "attn_factor"})) kv.F32(a + ".rope.scaling.yarn_attn_factor", *v);
+      if (auto v = Number(*rope, {"beta_fast"})) kv.F32(a + ".rope.scaling.yarn_beta_fast", *v);
+      if (auto v = Number(*rope, {"beta_slow"})) kv.F32(a + ".rope.scaling.yarn_beta_slow", *v);
+    } else if (config.rope_type == "su" || config.rope_type == "longrope") {
+      kv.String(a + ".rope.scaling.type", "longrope");
+    }
+  }
+  const std::optional<float> theta =
+      rope && rope->is_object() && Number(*rope, {"rope_theta"})
+          ? Number(*rope, {"rope_theta"})
+          : Number(json, {"global_rope_theta", "rope_global_theta", "rope_theta_global",
+                          "rope_theta", "rotary_emb_base"});
+  if (theta) kv.F32(a + ".rope.freq_base", *theta);
+  if (auto eps = Number(json, {"rms_norm_eps", "norm_eps"})) {
+    kv.F32(a + ".attention.layer_norm_rms_epsilon", *eps);
+  }
+  if (auto eps = Number(json, {"layer_norm_eps", "layer_norm_epsilon", "norm_epsilon"})) {
+    kv.F32(a + ".attention.layer_norm_epsilon", *eps);
+  }
+  // Qwen2's config class has no head_dim: written only when config.json gives it. LLaMA's and
+  // Qwen3's always have one (transformers fills it in).
+  if (config.arch != GgufArch::kQwen2 || json.contains("head_dim")) {
+    kv.U32(a + ".attention.key_length", config.head_dim);
+    kv.U32(a + ".attention.value_length", config.head_dim);
+  }
+  kv.U32("general.file_type", file_type);
+  if (config.arch == GgufArch::kLlama) {
+    if (!config.vocab_size) throw FormatError(file + ": vocab_size is missing: llama.cpp needs it");
+    kv.U32("llama.vocab_size", *config.vocab_size);
+    kv.U32("llama.rope.dimension_count", config.head_dim);
+  }
+  kv.U32("general.quantization_version", 2);
+}
+
+}  // namespace aprfs

@@ -1,0 +1,23 @@
+#include "format/gguf/gguf_view.h"
+
+#include "format/error.h"
+
+namespace aprfs {
+
+FilePlan PlanGgufView(const ShardSet& set, const ModelTexts& texts, GgufOuttype outtype) {
+  auto config_text = texts.find("config.json");
+  if (config_text == texts.end()) {
+    throw FormatError("config.json: missing: the GGUF view needs the model's architecture");
+  }
+  const GgufConfig config = ParseGgufConfig(config_text->second, "config.json");
+  GgufTensors tensors = PlanGgufTensors(set, config, outtype);
+  if (tensors.token_rows == 0) {
+    throw FormatError("model.embed_tokens.weight: missing or not 2-D: llama.cpp needs it");
+  }
+  GgufMetadata kv;
+  AddArchitectureKeys(config, set.name, tensors.file_type, tensors.total_params, kv);
+  AddTokenizerKeys(config, texts, tensors.token_rows, kv);
+  return BuildGgufPlan(kv, tensors.tensors, std::move(tensors.codecs));
+}
+
+}  // namespace aprfs

@@ -1,0 +1,144 @@
+// The GGUF views, checked by llama.cpp itself (node-llama-cpp's prebuilt CPU build): every
+// outtype of generated Qwen2- and Llama-3-shaped models loads through the mount, tokenizes and
+// detokenizes a text back to itself, and its logits for that text match an independent forward
+// pass of the safetensors model (tests/tools/reference_forward.py, transformers' definition:
+// a wrong Q/K row permutation, RoPE factor, bias or conversion moves them by far more than the
+// tolerances). Plus: every read path gives the same bytes, the listing, and refusals.
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cmath>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/integration/view_fixture.h"
+
+namespace aprfs_itest {
+namespace {
+
+using nlohmann::json;
+
+struct GgufCase {
+  std::string name;
+  std::string preset;
+  std::string architecture;
+  size_t tensors;  // what llama.cpp counts
+};
+
+void PrintTo(const GgufCase& c, std::ostream* os) { *os << c.name; }
+
+// An English sentence with the pieces pre-tokenizers treat apart: contractions, digit runs,
+// punctuation, a newline and a tab.
+const char kText[] = "Hello world, it's 12345 tokens!\n\tNew line";
+
+class GgufViewTest : public ViewTest, public ::testing::WithParamInterface<GgufCase> {
+ protected:
+  // llama_cpp_run.mjs on a mounted view: tokens, detokenization, tensors, logits.
+  json RunLlamaCpp(const std::string& path) {
+    ProcResult r = RunCommand({"node", ToolsDir() + "/llama_cpp_run.mjs", path, kText}, 120s);
+    EXPECT_EQ(r.exit_code, 0) << "llama.cpp did not load " << path << ": " << r.Describe();
+    json out = json::parse(r.out, nullptr, false);
+    EXPECT_TRUE(out.is_object()) << r.Describe();
+    return out.is_object() ? out : json::object();
+  }
+
+  // The reference logits for `tokens`, from the shards.
+  json ReferenceLogits(const std::string& model, const json& tokens) {
+    std::vector<std::string> argv = {"python3", ToolsDir() + "/reference_forward.py", Model(model)};
+    for (const json& t : tokens) argv.push_back(std::to_string(t.get<int64_t>()));
+    ProcResult r = RunCommand(argv, 120s);
+    EXPECT_EQ(r.exit_code, 0) << r.Describe();
+    json out = json::parse(r.out, nullptr, false);
+    return out.is_object() ? out["logits"] : json::array();
+  }
+};
+
+// The largest difference between two logit tables, relative to the reference's spread.
+double RelativeDifference(const json& got, const json& want) {
+  double max_diff = 0, sum = 0, sum2 = 0;
+  size_t n = 0;
+  for (size_t row = 0; row < want.size(); ++row) {
+    for (size_t i = 0; i < want[row].size(); ++i) {
+      const double w = want[row][i].get<double>();
+      const double g = got[row][i].is_number() ? got[row][i].get<double>() : NAN;
+      max_diff = std::max(max_diff, std::isnan(g) ? INFINITY : std::fabs(g - w));
+      sum += w, sum2 += w * w, ++n;
+    }
+  }
+  const double mean = sum / n;
+  return max_diff / std::sqrt(sum2 / n - mean * mean);
+}
+
+TEST_P(GgufViewTest, LlamaCppLoadsEveryOuttypeAndItsLogitsMatchTheReference) {
+  SetWatchdog(300s);
+  const GgufCase& c = GetParam();
+  ASSERT_NO_FATAL_FAILURE(MakeModel("m", {"--preset", c.preset}));
+  ASSERT_NO_FATAL_FAILURE(MountViews());
+  EXPECT_EQ(ListDir(mountpoint()), (std::vector<std::string>{"m.apr", "m.q4k.apr"}))
+      << "GGUF views are not listed by default";
+
+  json reference;
+  // --outtype auto picks BF16 for these BF16 checkpoints. llama.cpp rounds matmul inputs to
+  // the weight type and keeps its KV cache in F16: the tolerances say how far that may go
+  // (measured, largest difference over the logits' spread: F32 0.016, F16 0.021, BF16 0.090;
+  // with the Q/K rows left unpermuted: 4.9).
+  const std::vector<std::pair<std::string, double>> files = {
+      {"m.gguf", 0.3}, {"m.F32.gguf", 0.08}, {"m.F16.gguf", 0.08}, {"m.BF16.gguf", 0.3}};
+  for (const auto& [file, tolerance] : files) {
+    SCOPED_TRACE(file);
+    json run = RunLlamaCpp(MP(file));
+    ASSERT_TRUE(run.contains("tokens")) << run.dump();
+    EXPECT_EQ(run["architecture"], c.architecture);
+    EXPECT_EQ(run["tensorCount"], c.tensors);
+    EXPECT_GT(run["tokens"].size(), 10u);
+    EXPECT_EQ(run["detokenized"], kText) << "tokens " << run["tokens"].dump();
+    if (reference.is_null()) reference = ReferenceLogits("m", run["tokens"]);
+    ASSERT_EQ(reference.size(), run["tokens"].size());
+    const double difference = RelativeDifference(run["logits"], reference);
+    EXPECT_LT(difference, tolerance) << "logits differ from the reference forward pass";
+    std::fprintf(stderr, "%s %s: logits within %.4f of the reference's spread\n",
+                 c.name.c_str(), file.c_str(), difference);
+  }
+  // Every read path agrees on the bytes (row-gathered, converted pieces at odd offsets).
+  std::string bytes, error;
+  ASSERT_TRUE(ReadWholeFile(MP("m.F16.gguf"), &bytes, &error)) << error;
+  ExpectViewBytes(MP("m.F16.gguf"), bytes);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    GgufModels, GgufViewTest,
+    ::testing::Values(GgufCase{"qwen2", "qwen2-tiny", "qwen2", 26},
+                      GgufCase{"llama3", "llama3-tiny", "llama", 22}),
+    [](const auto& info) { return info.param.name; });
+
+class GgufListingTest : public ViewTest {};
+
+// Listed on request; a model whose architecture has no GGUF mapping has no GGUF view, and ls
+// and the log say why.
+TEST_F(GgufListingTest, ListedOnRequestAndRefusedWithTheReasonWhereUnmapped) {
+  ASSERT_NO_FATAL_FAILURE(MakeModel("q", {"--preset", "qwen2-tiny"}));
+  ASSERT_NO_FATAL_FAILURE(MakeModel("phi", {"--preset", "phi4", "--sparse"}));
+  ASSERT_NO_FATAL_FAILURE(MountViews({"--views", "gguf,gguf-f16,apr"}));
+  EXPECT_EQ(ListDir(mountpoint()),
+            (std::vector<std::string>{"phi.apr", "q.F16.gguf", "q.apr", "q.gguf"}));
+  for (const char* name : {"phi.gguf", "phi.F16.gguf", "q.Q8_0.gguf", "q.f16.gguf", "q.F16.apr"}) {
+    struct stat st;
+    errno = 0;
+    EXPECT_NE(stat(MP(name).c_str(), &st), 0) << name << " resolves";
+    EXPECT_EQ(errno, ENOENT) << name;
+  }
+  EXPECT_NE(Log().find("phi.gguf: not offered: config.json: architecture 'Phi3ForCausalLM' has "
+                       "no GGUF mapping"),
+            std::string::npos)
+      << Log();
+  ProcResult ls = RunAprfs({"ls", "--no-hf-cache", "--source", models_dir(), "--cache-dir",
+                            CacheDir()});
+  EXPECT_EQ(ls.exit_code, 0) << ls.Describe();
+  EXPECT_NE(ls.out.find("phi.gguf"), std::string::npos) << ls.out;
+  EXPECT_NE(ls.out.find("not offered: config.json: architecture 'Phi3ForCausalLM'"),
+            std::string::npos)
+      << ls.out;
+}
+
+}  // namespace
+}  // namespace aprfs_itest

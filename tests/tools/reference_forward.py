@@ -1,0 +1,169 @@
+#!/usr/bin/env python3
+"""Reference forward pass of a small LLaMA-family or Qwen2/Qwen3 safetensors model, in plain
+Python (no numpy, no torch), for the GGUF view tests: the logits llama.cpp computes from a
+mounted .gguf must match these, computed from the shards as transformers defines the model
+(rotate-half RoPE on the unpermuted Q/K weights, llama3 frequency scaling, grouped-query
+attention, SwiGLU, RMSNorm, q/k/v biases, Qwen3's q/k norms, tied embeddings).
+
+Written from the model definitions, sharing no code with aprfs. Slow: for models of a few
+hundred thousand parameters only.
+
+Usage: reference_forward.py MODEL_DIR TOKEN_ID... > {"logits": [[...], ...]} (one row per token)
+"""
+import json
+import math
+import os
+import struct
+import sys
+
+
+def read_tensors(model_dir):
+    index = os.path.join(model_dir, "model.safetensors.index.json")
+    if os.path.exists(index):
+        with open(index, encoding="utf-8") as f:
+            shards = sorted(set(json.load(f)["weight_map"].values()))
+    else:
+        shards = sorted(n for n in os.listdir(model_dir) if n.endswith(".safetensors"))
+    tensors = {}
+    for shard in shards:
+        with open(os.path.join(model_dir, shard), "rb") as f:
+            (n,) = struct.unpack("<Q", f.read(8))
+            header = json.loads(f.read(n))
+            data = f.read()
+        for name, entry in header.items():
+            if name == "__metadata__":
+                continue
+            begin, end = entry["data_offsets"]
+            raw = data[begin:end]
+            dtype = entry["dtype"]
+            if dtype == "F32":
+                values = list(struct.unpack("<%df" % (len(raw) // 4), raw))
+            elif dtype == "F16":
+                values = list(struct.unpack("<%de" % (len(raw) // 2), raw))
+            elif dtype == "BF16":
+                halves = struct.unpack("<%dH" % (len(raw) // 2), raw)
+                values = list(struct.unpack("<%df" % len(halves),
+                                            struct.pack("<%dI" % len(halves), *(h << 16 for h in halves))))
+            else:
+                raise SystemExit("reference_forward.py: %s is %s" % (name, dtype))
+            tensors[name] = (entry["shape"], values)
+    return tensors
+
+
+def rows(tensor):
+    shape, values = tensor
+    cols = shape[-1]
+    return [values[r * cols:(r + 1) * cols] for r in range(len(values) // cols)]
+
+
+def matvec(matrix_rows, x, bias=None):
+    out = [sum(w * v for w, v in zip(row, x)) for row in matrix_rows]
+    if bias is not None:
+        out = [o + b for o, b in zip(out, bias)]
+    return out
+
+
+def rms_norm(x, weight, eps):
+    scale = 1.0 / math.sqrt(sum(v * v for v in x) / len(x) + eps)
+    return [v * scale * w for v, w in zip(x, weight)]
+
+
+def inv_frequencies(config, head_dim):
+    theta = config.get("rope_theta", 10000.0)
+    inv = [1.0 / theta ** (2 * i / head_dim) for i in range(head_dim // 2)]
+    scaling = config.get("rope_scaling") or {}
+    if (scaling.get("rope_type") or scaling.get("type")) == "llama3":
+        factor = scaling["factor"]
+        low, high = scaling["low_freq_factor"], scaling["high_freq_factor"]
+        old = scaling["original_max_position_embeddings"]
+        scaled = []
+        for f in inv:
+            wavelen = 2 * math.pi / f
+            if wavelen < old / high:
+                scaled.append(f)
+            elif wavelen > old / low:
+                scaled.append(f / factor)
+            else:
+                smooth = (old / wavelen - low) / (high - low)
+                scaled.append((1 - smooth) * f / factor + smooth * f)
+        inv = scaled
+    return inv
+
+
+def rope(x, position, inv):
+    half = len(inv)
+    out = list(x)
+    for i in range(half):
+        angle = position * inv[i]
+        c, s = math.cos(angle), math.sin(angle)
+        a, b = x[i], x[i + half]
+        out[i] = a * c - b * s
+        out[i + half] = b * c + a * s
+    return out
+
+
+def main():
+    model_dir = sys.argv[1]
+    tokens = [int(t) for t in sys.argv[2:]]
+    with open(os.path.join(model_dir, "config.json"), encoding="utf-8") as f:
+        config = json.load(f)
+    t = read_tensors(model_dir)
+    hidden = config["hidden_size"]
+    heads = config["num_attention_heads"]
+    kv_heads = config.get("num_key_value_heads", heads)
+    head_dim = config.get("head_dim") or hidden // heads
+    eps = config.get("rms_norm_eps", 1e-6)
+    inv = inv_frequencies(config, head_dim)
+    embed = rows(t["model.embed_tokens.weight"])
+    head = rows(t["lm_head.weight"]) if "lm_head.weight" in t else embed
+
+    def get(name):
+        return t[name][1] if name in t else None
+
+    xs = [list(embed[tok]) for tok in tokens]
+    for layer in range(config["num_hidden_layers"]):
+        p = "model.layers.%d." % layer
+        wq, wk, wv = rows(t[p + "self_attn.q_proj.weight"]), rows(t[p + "self_attn.k_proj.weight"]), rows(t[p + "self_attn.v_proj.weight"])
+        wo = rows(t[p + "self_attn.o_proj.weight"])
+        keys, values, queries = [], [], []
+        normed = [rms_norm(x, get(p + "input_layernorm.weight"), eps) for x in xs]
+        for pos, h in enumerate(normed):
+            q = matvec(wq, h, get(p + "self_attn.q_proj.bias"))
+            k = matvec(wk, h, get(p + "self_attn.k_proj.bias"))
+            v = matvec(wv, h, get(p + "self_attn.v_proj.bias"))
+            qh = [q[i * head_dim:(i + 1) * head_dim] for i in range(heads)]
+            kh = [k[i * head_dim:(i + 1) * head_dim] for i in range(kv_heads)]
+            if p + "self_attn.q_norm.weight" in t:
+                qh = [rms_norm(x, get(p + "self_attn.q_norm.weight"), eps) for x in qh]
+                kh = [rms_norm(x, get(p + "self_attn.k_norm.weight"), eps) for x in kh]
+            queries.append([rope(x, pos, inv) for x in qh])
+            keys.append([rope(x, pos, inv) for x in kh])
+            values.append([v[i * head_dim:(i + 1) * head_dim] for i in range(kv_heads)])
+        group = heads // kv_heads
+        for pos in range(len(xs)):
+            attended = []
+            for hd in range(heads):
+                kvh = hd // group
+                scores = [sum(a * b for a, b in zip(queries[pos][hd], keys[j][kvh])) / math.sqrt(head_dim)
+                          for j in range(pos + 1)]
+                top = max(scores)
+                weights = [math.exp(s - top) for s in scores]
+                total = sum(weights)
+                out = [0.0] * head_dim
+                for j, w in enumerate(weights):
+                    for d in range(head_dim):
+                        out[d] += w / total * values[j][kvh][d]
+                attended += out
+            xs[pos] = [a + b for a, b in zip(xs[pos], matvec(wo, attended))]
+        wg, wu, wd = rows(t[p + "mlp.gate_proj.weight"]), rows(t[p + "mlp.up_proj.weight"]), rows(t[p + "mlp.down_proj.weight"])
+        for pos in range(len(xs)):
+            h = rms_norm(xs[pos], get(p + "post_attention_layernorm.weight"), eps)
+            gate, up = matvec(wg, h), matvec(wu, h)
+            act = [g / (1 + math.exp(-g)) * u for g, u in zip(gate, up)]
+            xs[pos] = [a + b for a, b in zip(xs[pos], matvec(wd, act))]
+    logits = [matvec(head, rms_norm(x, get("model.norm.weight"), eps)) for x in xs]
+    json.dump({"logits": logits}, sys.stdout)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,262 @@
+// The GGUF views' pure parts: the container's bytes read back by a parser written here from
+// the spec (gguf-view.md §1), name mapping and refusals (§3.1), the LLaMA Q/K permutation
+// (§3.3a), size labels (§2.1), pre-tokenizer rules (§4.6). llama.cpp itself loads the views in
+// the FUSE tests (gguf_view_test.cc).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "format/error.h"
+#include "format/gguf/gguf_arch.h"
+#include "format/gguf/gguf_container.h"
+#include "format/gguf/gguf_tensors.h"
+#include "format/gguf/gguf_vocab.h"
+
+namespace aprfs {
+namespace {
+
+// A reader of what the spec says, independent of the writer.
+struct Reader {
+  const std::string& bytes;
+  size_t at = 0;
+  uint64_t U(int n) {
+    uint64_t v = 0;
+    for (int i = n - 1; i >= 0; --i) v = v << 8 | static_cast<uint8_t>(bytes.at(at + i));
+    at += n;
+    return v;
+  }
+  std::string S() {
+    const uint64_t n = U(8);
+    std::string s = bytes.substr(at, n);
+    at += n;
+    return s;
+  }
+};
+
+struct ParsedInfo {
+  std::vector<uint64_t> ne;
+  uint32_t type;
+  uint64_t offset;
+};
+
+struct Parsed {
+  std::map<std::string, std::pair<uint32_t, std::string>> kv;  // type, payload as text
+  std::vector<std::string> kv_order;
+  std::vector<std::pair<std::string, ParsedInfo>> infos;
+  uint64_t data_start = 0;
+};
+
+Parsed Parse(const std::string& bytes) {
+  Reader r{bytes};
+  Parsed p;
+  EXPECT_EQ(bytes.substr(0, 4), "GGUF");
+  r.at = 4;
+  EXPECT_EQ(r.U(4), 3u);
+  const uint64_t tensors = r.U(8), kvs = r.U(8);
+  for (uint64_t i = 0; i < kvs; ++i) {
+    const std::string key = r.S();
+    const uint32_t type = static_cast<uint32_t>(r.U(4));
+    std::string value;
+    switch (type) {
+      case 4: value = std::to_string(r.U(4)); break;
+      case 6: {
+        const uint32_t bits = static_cast<uint32_t>(r.U(4));
+        float f;
+        std::memcpy(&f, &bits, 4);
+        value = std::to_string(f);
+        break;
+      }
+      case 7: value = r.U(1) ? "true" : "false"; break;
+      case 8: value = r.S(); break;
+      case 9: {
+        const uint32_t element = static_cast<uint32_t>(r.U(4));
+        const uint64_t n = r.U(8);
+        value = std::to_string(element) + "[" + std::to_string(n) + "]";
+        for (uint64_t j = 0; j < n; ++j) value += " " + (element == 8 ? r.S() : std::to_string(r.U(4)));
+        break;
+      }
+      default: ADD_FAILURE() << "unexpected type " << type; return p;
+    }
+    p.kv[key] = {type, value};
+    p.kv_order.push_back(key);
+  }
+  for (uint64_t i = 0; i < tensors; ++i) {
+    const std::string name = r.S();
+    ParsedInfo info;
+    const uint32_t dims = static_cast<uint32_t>(r.U(4));
+    for (uint32_t d = 0; d < dims; ++d) info.ne.push_back(r.U(8));
+    info.type = static_cast<uint32_t>(r.U(4));
+    info.offset = r.U(8);
+    p.infos.emplace_back(name, info);
+  }
+  p.data_start = (r.at + 31) / 32 * 32;
+  return p;
+}
+
+TEST(GgufContainerTest, HeaderKvsInfosAndDataFollowTheSpec) {
+  GgufMetadata kv;
+  kv.String("general.architecture", "llama");
+  kv.U32("llama.block_count", 2);
+  kv.F32("llama.rope.freq_base", 500000.0f);
+  kv.Bool("tokenizer.ggml.add_bos_token", true);
+  kv.StringArray("tokenizer.ggml.tokens", {"a", "bc"});
+  kv.I32Array("tokenizer.ggml.token_type", {1, 3});
+  kv.U32("llama.block_count", 3);  // set again: keeps its place, takes the new value
+
+  GgufTensor generated;
+  generated.name = "rope_freqs.weight";
+  generated.ne = {3};
+  generated.is_inline = true;
+  generated.inline_bytes = std::string(12, '\x7f');
+  GgufTensor weight;
+  weight.name = "blk.0.attn_q.weight";
+  weight.ne = {4, 2};  // 2 rows of 4 F16
+  weight.type = GgmlType::kF16;
+  weight.pieces = {{0, 8, 1, 1000, kVerbatim}, {8, 8, 0, 2000, kVerbatim}};
+  GgufTensor norm;
+  norm.name = "output_norm.weight";
+  norm.ne = {5};
+  norm.pieces = {{0, 20, 0, 50, 0}};
+  TensorCodec codec;
+  codec.from = SourceDtype::kBF16;
+  codec.to = Encoding::kF32;
+  codec.cols = 5;
+  const FilePlan plan = BuildGgufPlan(kv, {generated, weight, norm}, {codec});
+
+  Parsed p = Parse(plan.prefix);
+  EXPECT_EQ(p.kv_order, (std::vector<std::string>{"general.architecture", "llama.block_count",
+                                                  "llama.rope.freq_base",
+                                                  "tokenizer.ggml.add_bos_token",
+                                                  "tokenizer.ggml.tokens",
+                                                  "tokenizer.ggml.token_type"}));
+  EXPECT_EQ(p.kv["llama.block_count"], std::make_pair(4u, std::string("3")));
+  EXPECT_EQ(p.kv["llama.rope.freq_base"].first, 6u);
+  EXPECT_EQ(p.kv["tokenizer.ggml.add_bos_token"].second, "true");
+  EXPECT_EQ(p.kv["tokenizer.ggml.tokens"].second, "8[2] a bc");
+  EXPECT_EQ(p.kv["tokenizer.ggml.token_type"].second, "5[2] 1 3");
+  ASSERT_EQ(p.infos.size(), 3u);
+  EXPECT_EQ(p.infos[0].second.offset, 0u);
+  EXPECT_EQ(p.infos[1].second.offset, 32u) << "12 bytes padded to 32";
+  EXPECT_EQ(p.infos[1].second.ne, (std::vector<uint64_t>{4, 2}));
+  EXPECT_EQ(p.infos[1].second.type, 1u);
+  EXPECT_EQ(p.infos[2].second.offset, 64u);
+  EXPECT_EQ(p.data_start, plan.data_offset);
+  // The generated tensor's bytes are in the prefix, then the pieces at their offsets.
+  EXPECT_EQ(plan.prefix.size(), plan.data_offset + 32);
+  EXPECT_EQ(plan.prefix.substr(plan.data_offset, 12), std::string(12, '\x7f'));
+  EXPECT_EQ(plan.prefix.substr(plan.data_offset + 12), std::string(20, '\0'));
+  ASSERT_EQ(plan.extents.size(), 3u);
+  EXPECT_EQ(plan.extents[0].offset, plan.data_offset + 32);
+  EXPECT_EQ(plan.extents[0].source, 1u);
+  EXPECT_EQ(plan.extents[1].offset, plan.data_offset + 40);
+  EXPECT_EQ(plan.extents[1].source_offset, 2000u);
+  EXPECT_EQ(plan.extents[2].offset, plan.data_offset + 64);
+  EXPECT_EQ(plan.extents[2].codec, 0u);
+  EXPECT_EQ(plan.total_size, plan.data_offset + 96) << "the last tensor padded too";
+  EXPECT_FALSE(plan.has_footer());
+}
+
+TEST(GgufContainerTest, RefusesWhatTheLoaderWouldNamingTheTensor) {
+  GgufMetadata kv;
+  auto build = [&](GgufTensor t) { return BuildGgufPlan(kv, {t}, {}); };
+  GgufTensor t;
+  t.name = std::string(64, 'n');
+  t.ne = {1};
+  t.pieces = {{0, 4, 0, 0, kVerbatim}};
+  EXPECT_THROW(build(t), FormatError) << "names are under 64 bytes";
+  t.name = "x";
+  t.ne = {1, 1, 1, 1, 1};
+  EXPECT_THROW(build(t), FormatError) << "at most 4 dims";
+  t.ne = {30};
+  t.type = GgmlType::kQ8_0;
+  EXPECT_THROW(build(t), FormatError) << "rows of whole blocks";
+  t.ne = {2};
+  t.type = GgmlType::kF32;
+  t.pieces = {{0, 4, 0, 0, kVerbatim}};
+  try {
+    build(t);
+    ADD_FAILURE() << "pieces short of the tensor";
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find("tensor 'x'"), std::string::npos) << e.what();
+  }
+}
+
+TEST(GgufTensorsTest, LlamaPermutationInterleavesTheHalvesOfEachHead) {
+  std::vector<uint64_t> rows;
+  for (uint64_t r = 0; r < 16; ++r) rows.push_back(LlamaPermutedRow(r, 16, 2));
+  EXPECT_EQ(rows, (std::vector<uint64_t>{0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15}));
+}
+
+GgufConfig Config(const std::string& arch) {
+  return ParseGgufConfig(nlohmann::json({{"architectures", {arch}},
+                                         {"hidden_size", 64},
+                                         {"num_hidden_layers", 2},
+                                         {"num_attention_heads", 4},
+                                         {"vocab_size", 10}})
+                             .dump(),
+                         "config.json");
+}
+
+TEST(GgufTensorsTest, NamesMapDropOrRefuseAsTheConverterDoes) {
+  const GgufConfig llama = Config("LlamaForCausalLM");
+  EXPECT_EQ(GgufTensorName(llama, "model.embed_tokens.weight"), "token_embd.weight");
+  EXPECT_EQ(GgufTensorName(llama, "lm_head.weight"), "output.weight");
+  EXPECT_EQ(GgufTensorName(llama, "model.layers.11.self_attn.k_proj.weight"), "blk.11.attn_k.weight");
+  EXPECT_EQ(GgufTensorName(llama, "model.layers.0.mlp.down_proj.weight"), "blk.0.ffn_down.weight");
+  EXPECT_EQ(GgufTensorName(llama, "model.layers.0.post_attention_layernorm.weight"),
+            "blk.0.ffn_norm.weight");
+  EXPECT_EQ(GgufTensorName(llama, "language_model.model.norm.weight"), "output_norm.weight");
+  EXPECT_EQ(GgufTensorName(llama, "model.layers.0.self_attn.rotary_emb.inv_freq"), std::nullopt);
+  EXPECT_EQ(GgufTensorName(llama, "vision_tower.blocks.0.weight"), std::nullopt);
+  EXPECT_THROW(GgufTensorName(llama, "model.layers.0.self_attn.q_norm.weight"), FormatError)
+      << "LLaMA has no Q norm";
+  EXPECT_THROW(GgufTensorName(llama, "model.layers.x.mlp.up_proj.weight"), FormatError);
+  EXPECT_THROW(GgufTensorName(llama, "transformer.h.0.attn.c_attn.weight"), FormatError);
+  const GgufConfig qwen3 = Config("Qwen3ForCausalLM");
+  EXPECT_EQ(GgufTensorName(qwen3, "model.layers.1.self_attn.q_norm.weight"), "blk.1.attn_q_norm.weight");
+  EXPECT_EQ(qwen3.head_dim, 128u) << "Qwen3Config's default head_dim";
+  EXPECT_THROW(Config("Phi3ForCausalLM"), FormatError);
+}
+
+TEST(GgufArchTest, SizeLabelsAsTheConverterWritesThem) {
+  EXPECT_EQ(SizeLabel(8'030'000'000), "8.0B");
+  EXPECT_EQ(SizeLabel(494'000'000), "494M");
+  EXPECT_EQ(SizeLabel(14'700'000'000), "15B");
+  EXPECT_EQ(SizeLabel(1'240'000'000), "1.2B");
+  EXPECT_EQ(SizeLabel(360'000), "360K");
+}
+
+nlohmann::json SplitThenByteLevel(const std::string& regex, bool ignore_merges) {
+  return {{"model", {{"type", "BPE"}, {"ignore_merges", ignore_merges}}},
+          {"pre_tokenizer",
+           {{"type", "Sequence"},
+            {"pretokenizers",
+             {{{"type", "Split"}, {"pattern", {{"Regex", regex}}}, {"behavior", "Isolated"}},
+              {{"type", "ByteLevel"}, {"use_regex", false}}}}}}};
+}
+
+TEST(GgufVocabTest, PreTokenizersAreKnownByTheirStructure) {
+  const std::string llama3 =
+      "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
+      "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+  const std::string qwen2 =
+      "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
+      "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+  EXPECT_EQ(ClassifyPreTokenizer(SplitThenByteLevel(llama3, true)).name, "llama-bpe");
+  EXPECT_EQ(ClassifyPreTokenizer(SplitThenByteLevel(llama3, false)).name, "dbrx");
+  EXPECT_EQ(ClassifyPreTokenizer(SplitThenByteLevel(qwen2, false)).name, "qwen2");
+  EXPECT_EQ(ClassifyPreTokenizer({{"pre_tokenizer", {{"type", "ByteLevel"}, {"use_regex", true}}}}).name,
+            "gpt-2");
+  PreTokenizer unknown = ClassifyPreTokenizer(SplitThenByteLevel("\\s+", false));
+  EXPECT_EQ(unknown.name, "");
+  EXPECT_NE(unknown.reason.find("\\\\s+"), std::string::npos) << unknown.reason;
+  EXPECT_EQ(ClassifyPreTokenizer({{"pre_tokenizer", {{"type", "Metaspace"}}}}).name, "");
+}
+
+}  // namespace
+}  // namespace aprfs
