@@ -49,17 +49,12 @@ void ApplyDefaults(GgufArch arch, nlohmann::json& json) {
       if (json.contains("num_attention_heads")) fill("num_key_value_heads", json["num_attention_heads"]);
       break;
     case GgufArch::kQwen2:
-      fill("max_position_embeddings", 32768);
-      fill("rms_norm_eps", 1e-6);
-      fill("rope_theta", 10000.0);
-      fill("num_key_value_heads", 32);
-      break;
     case GgufArch::kQwen3:
       fill("max_position_embeddings", 32768);
       fill("rms_norm_eps", 1e-6);
       fill("rope_theta", 10000.0);
       fill("num_key_value_heads", 32);
-      fill("head_dim", 128);
+      if (arch == GgufArch::kQwen3) fill("head_dim", 128);  // Qwen2Config has none
       break;
   }
 }
