@@ -14,6 +14,8 @@ constexpr uint64_t kQ4kElements = 256;
 constexpr uint64_t kQ4kBytes = 144;
 constexpr uint64_t kAprQ4Elements = 32;
 constexpr uint64_t kAprQ4Bytes = 18;
+constexpr uint64_t kQ8_0Elements = 32;
+constexpr uint64_t kQ8_0Bytes = 34;
 
 uint64_t CeilDiv(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 
@@ -53,6 +55,7 @@ uint64_t UnitBytes(Encoding encoding) {
     case Encoding::kQ4K: return kQ4kBytes;
     case Encoding::kAprQ8: return 1;
     case Encoding::kAprQ4: return kAprQ4Bytes;
+    case Encoding::kGgmlQ8_0: return kQ8_0Bytes;
   }
   return 0;
 }
@@ -61,6 +64,7 @@ uint64_t UnitElements(Encoding encoding) {
   switch (encoding) {
     case Encoding::kQ4K: return kQ4kElements;
     case Encoding::kAprQ4: return kAprQ4Elements;
+    case Encoding::kGgmlQ8_0: return kQ8_0Elements;
     default: return 1;
   }
 }
@@ -182,6 +186,19 @@ void EncodeUnits(const TensorCodec& codec, const codec::CodecKernels& kernels, u
       kernels.apr_q4(values, source.count, out);
       return;
     }
+    case Encoding::kGgmlQ8_0:
+      // Whole blocks (a GGUF row is whole blocks); a short last one of a flat tensor is padded.
+      for (uint64_t unit = first_unit; unit < end_unit; ++unit) {
+        const ElementRange source = UnitSource(codec, unit);
+        const float* x = values + (source.first - UnitSource(codec, first_unit).first);
+        float block[kQ8_0Elements] = {};
+        if (source.count < kQ8_0Elements) {
+          std::memcpy(block, x, source.count * sizeof(float));
+          x = block;
+        }
+        codec::EncodeGgmlQ8_0BlockRef(x, out + (unit - first_unit) * kQ8_0Bytes);
+      }
+      return;
     case Encoding::kQ4K:
       break;
   }
@@ -219,6 +236,7 @@ std::string EncodingName(Encoding encoding) {
     case Encoding::kQ4K: return "q4k";
     case Encoding::kAprQ8: return "int8";
     case Encoding::kAprQ4: return "int4";
+    case Encoding::kGgmlQ8_0: return "q8_0";
   }
   return "?";
 }

@@ -15,7 +15,8 @@ namespace aprfs {
 // (apr-quantization.md §5).
 
 enum class SourceDtype : uint8_t { kF32, kF16, kBF16, kE4M3 };
-enum class Encoding : uint8_t { kF32, kF16, kBF16, kQ4K, kAprQ8, kAprQ4 };
+// kGgmlQ8_0: ggml's Q8_0 blocks (GGUF views); the others are what aprender writes.
+enum class Encoding : uint8_t { kF32, kF16, kBF16, kQ4K, kAprQ8, kAprQ4, kGgmlQ8_0 };
 // The dtype of an FP8 weight's `weight_scale_inv`: f32 multipliers, or one-byte powers of two
 // (the "ue8m0" variant: s = 2^(byte - 127)).
 enum class ScaleDtype : uint8_t { kF32, kE8M0 };

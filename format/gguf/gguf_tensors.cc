@@ -55,33 +55,36 @@ const std::map<std::string, std::string>& LayerStems() {
   return stems;
 }
 
-enum class Dtype { kF32, kF16, kBF16 };
+// Source dtypes (the first three) and output types.
+enum class Dtype { kF32, kF16, kBF16, kQ8_0 };
 
 GgmlType GgmlOf(Dtype dtype) {
   switch (dtype) {
     case Dtype::kF32: return GgmlType::kF32;
     case Dtype::kF16: return GgmlType::kF16;
     case Dtype::kBF16: return GgmlType::kBF16;
+    case Dtype::kQ8_0: return GgmlType::kQ8_0;
   }
   return GgmlType::kF32;
 }
 SourceDtype SourceOf(Dtype dtype) {
   switch (dtype) {
-    case Dtype::kF32: return SourceDtype::kF32;
     case Dtype::kF16: return SourceDtype::kF16;
     case Dtype::kBF16: return SourceDtype::kBF16;
+    default: return SourceDtype::kF32;
   }
-  return SourceDtype::kF32;
 }
 Encoding EncodingOf(Dtype dtype) {
   switch (dtype) {
     case Dtype::kF32: return Encoding::kF32;
     case Dtype::kF16: return Encoding::kF16;
     case Dtype::kBF16: return Encoding::kBF16;
+    case Dtype::kQ8_0: return Encoding::kGgmlQ8_0;
   }
   return Encoding::kF32;
 }
-uint64_t Bytes(Dtype dtype) { return dtype == Dtype::kF32 ? 4 : 2; }
+// Bytes of `elements` elements (whole blocks for Q8_0).
+uint64_t Bytes(Dtype dtype, uint64_t elements) { return GgmlTensorBytes(GgmlOf(dtype), elements); }
 
 std::optional<Dtype> ReadableDtype(StDtype dtype) {
   switch (dtype) {
@@ -199,10 +202,12 @@ GgufTensors PlanGgufTensors(const ShardSet& set, const GgufConfig& config, GgufO
     }
   }
   out.outtype = outtype;
-  const Dtype wanted = outtype == GgufOuttype::kF32  ? Dtype::kF32
-                       : outtype == GgufOuttype::kBF16 ? Dtype::kBF16
+  const Dtype wanted = outtype == GgufOuttype::kF32    ? Dtype::kF32
+                       : outtype == GgufOuttype::kBF16  ? Dtype::kBF16
+                       : outtype == GgufOuttype::kQ8_0 ? Dtype::kQ8_0
                                                         : Dtype::kF16;
-  out.file_type = wanted == Dtype::kF32 ? 0 : wanted == Dtype::kBF16 ? 32 : 1;
+  // LlamaFileType: ALL_F32, MOSTLY_F16, MOSTLY_Q8_0, MOSTLY_BF16.
+  out.file_type = wanted == Dtype::kF32 ? 0 : wanted == Dtype::kBF16 ? 32 : wanted == Dtype::kQ8_0 ? 7 : 1;
 
   if (config.arch == GgufArch::kLlama && config.rope_type == "llama3") {
     GgufTensor freqs;
@@ -234,7 +239,9 @@ GgufTensors PlanGgufTensors(const ShardSet& set, const GgufConfig& config, GgufO
     tensor.ne.assign(t.shape.rbegin(), t.shape.rend());
     const bool f32_rule = t.shape.size() == 1 || EndsWith(*name, "_norm.weight") ||
                           !EndsWith(*name, ".weight");
-    const Dtype to = f32_rule ? Dtype::kF32 : wanted;
+    Dtype to = f32_rule ? Dtype::kF32 : wanted;
+    // Q8_0 rows are whole 32-element blocks; others fall back to F16, as the converter does.
+    if (to == Dtype::kQ8_0 && t.shape.back() % GgmlBlockElements(GgmlType::kQ8_0) != 0) to = Dtype::kF16;
     tensor.type = GgmlOf(to);
     if (*name == "token_embd.weight") out.token_rows = tensor.ne.size() > 1 ? tensor.ne[1] : 0;
 
@@ -253,8 +260,8 @@ GgufTensors PlanGgufTensors(const ShardSet& set, const GgufConfig& config, GgufO
         codec = static_cast<uint32_t>(out.codecs.size());
         out.codecs.push_back(c);
       }
-      tensor.pieces.push_back({out_offset, elements * Bytes(to), s.shard,
-                               source_start + source_element * Bytes(*from), codec});
+      tensor.pieces.push_back({out_offset, Bytes(to, elements), s.shard,
+                               source_start + Bytes(*from, source_element), codec});
     };
     const bool permuted = config.arch == GgufArch::kLlama &&
                           (StartsWith(*name, "blk.") &&
@@ -274,7 +281,7 @@ GgufTensors PlanGgufTensors(const ShardSet& set, const GgufConfig& config, GgufO
                           " heads of an even size (the LLaMA Q/K permutation)");
       }
       for (uint64_t r = 0; r < n_rows; ++r) {
-        piece(r * row_elements * Bytes(to), row_elements,
+        piece(Bytes(to, r * row_elements), row_elements,
               LlamaPermutedRow(r, n_rows, heads) * row_elements);
       }
     } else {

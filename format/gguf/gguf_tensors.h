@@ -11,8 +11,8 @@
 
 namespace aprfs {
 
-// The --outtype choices of convert_hf_to_gguf.py (q8_0 to come).
-enum class GgufOuttype { kAuto, kF32, kF16, kBF16 };
+// The --outtype choices of convert_hf_to_gguf.py.
+enum class GgufOuttype { kAuto, kF32, kF16, kBF16, kQ8_0 };
 
 // What the converter would write for the model's tensors (gguf-view.md §3): names mapped,
 // dropped or refused, shapes in ggml order, the output type of each tensor, the LLaMA Q/K row

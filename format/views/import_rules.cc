@@ -34,6 +34,7 @@ uint8_t CodeOf(Encoding encoding) {
     case Encoding::kQ4K: return kAprQ4K;
     case Encoding::kAprQ8: return kAprQ8;
     case Encoding::kAprQ4: return kAprQ4;
+    case Encoding::kGgmlQ8_0: break;  // GGUF only: never in an APR file
   }
   return kAprF32;
 }
@@ -65,6 +66,7 @@ TensorDispatch Dispatch(ViewKind view, ImportPath path, SourceDtype from, std::s
     case ViewKind::kGgufF16:
     case ViewKind::kGgufBf16:
     case ViewKind::kGgufF32:
+    case ViewKind::kGgufQ8_0:
       break;
     case ViewKind::kF16:
       // Path H passes F16 and BF16 through untouched (BF16 stays BF16); path S converts every

@@ -14,6 +14,7 @@ std::string_view ViewName(ViewKind view) {
     case ViewKind::kGgufF16: return "gguf-f16";
     case ViewKind::kGgufBf16: return "gguf-bf16";
     case ViewKind::kGgufF32: return "gguf-f32";
+    case ViewKind::kGgufQ8_0: return "gguf-q8_0";
   }
   return "?";
 }
@@ -47,6 +48,7 @@ std::string_view GgufInfix(ViewKind view) {
     case ViewKind::kGgufF16: return "F16";
     case ViewKind::kGgufBf16: return "BF16";
     case ViewKind::kGgufF32: return "F32";
+    case ViewKind::kGgufQ8_0: return "Q8_0";
     default: return "";
   }
 }
@@ -74,7 +76,8 @@ std::optional<std::pair<std::string, ViewKind>> SplitViewFileName(std::string_vi
   }
   if (EndsWith(file_name, ".gguf")) {
     std::string_view stem = file_name.substr(0, file_name.size() - 5);
-    for (ViewKind view : {ViewKind::kGgufF16, ViewKind::kGgufBf16, ViewKind::kGgufF32}) {
+    for (ViewKind view :
+         {ViewKind::kGgufF16, ViewKind::kGgufBf16, ViewKind::kGgufF32, ViewKind::kGgufQ8_0}) {
       const std::string suffix = "." + std::string(GgufInfix(view));
       if (EndsWith(stem, suffix)) {
         return std::make_pair(std::string(stem.substr(0, stem.size() - suffix.size())), view);

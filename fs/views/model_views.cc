@@ -190,6 +190,7 @@ FilePlan ModelViews::PlanGguf(const ShardSet& set, ViewKind view) {
   const GgufOuttype outtype = view == ViewKind::kGgufF16    ? GgufOuttype::kF16
                               : view == ViewKind::kGgufBf16 ? GgufOuttype::kBF16
                               : view == ViewKind::kGgufF32  ? GgufOuttype::kF32
+                              : view == ViewKind::kGgufQ8_0 ? GgufOuttype::kQ8_0
                                                             : GgufOuttype::kAuto;
   return PlanGgufView(set, texts, outtype);
 }

@@ -80,10 +80,11 @@ TEST_P(GgufViewTest, LlamaCppLoadsEveryOuttypeAndItsLogitsMatchTheReference) {
   json reference;
   // --outtype auto picks BF16 for these BF16 checkpoints. llama.cpp rounds matmul inputs to
   // the weight type and keeps its KV cache in F16: the tolerances say how far that may go
-  // (measured, largest difference over the logits' spread: F32 0.016, F16 0.021, BF16 0.090;
-  // with the Q/K rows left unpermuted: 4.9).
+  // (measured, largest difference over the logits' spread: F32 0.016, F16 0.021, BF16 0.090,
+  // Q8_0 0.32; with the Q/K rows left unpermuted: 4.9).
   const std::vector<std::pair<std::string, double>> files = {
-      {"m.gguf", 0.3}, {"m.F32.gguf", 0.08}, {"m.F16.gguf", 0.08}, {"m.BF16.gguf", 0.3}};
+      {"m.gguf", 0.3},     {"m.F32.gguf", 0.08}, {"m.F16.gguf", 0.08},
+      {"m.BF16.gguf", 0.3}, {"m.Q8_0.gguf", 0.8}};
   for (const auto& [file, tolerance] : files) {
     SCOPED_TRACE(file);
     json run = RunLlamaCpp(MP(file));
@@ -100,9 +101,11 @@ TEST_P(GgufViewTest, LlamaCppLoadsEveryOuttypeAndItsLogitsMatchTheReference) {
                  c.name.c_str(), file.c_str(), difference);
   }
   // Every read path agrees on the bytes (row-gathered, converted pieces at odd offsets).
-  std::string bytes, error;
-  ASSERT_TRUE(ReadWholeFile(MP("m.F16.gguf"), &bytes, &error)) << error;
-  ExpectViewBytes(MP("m.F16.gguf"), bytes);
+  for (const char* file : {"m.F16.gguf", "m.Q8_0.gguf"}) {
+    std::string bytes, error;
+    ASSERT_TRUE(ReadWholeFile(MP(file), &bytes, &error)) << error;
+    ExpectViewBytes(MP(file), bytes);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -121,7 +124,8 @@ TEST_F(GgufListingTest, ListedOnRequestAndRefusedWithTheReasonWhereUnmapped) {
   ASSERT_NO_FATAL_FAILURE(MountViews({"--views", "gguf,gguf-f16,apr"}));
   EXPECT_EQ(ListDir(mountpoint()),
             (std::vector<std::string>{"phi.apr", "q.F16.gguf", "q.apr", "q.gguf"}));
-  for (const char* name : {"phi.gguf", "phi.F16.gguf", "q.Q8_0.gguf", "q.f16.gguf", "q.F16.apr"}) {
+  for (const char* name :
+       {"phi.gguf", "phi.F16.gguf", "q.Q4_K_M.gguf", "q.f16.gguf", "q.F16.apr"}) {
     struct stat st;
     errno = 0;
     EXPECT_NE(stat(MP(name).c_str(), &st), 0) << name << " resolves";

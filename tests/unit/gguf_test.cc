@@ -5,12 +5,15 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "format/codec/kernels.h"
+#include "format/codec/tensor_codec.h"
 #include "format/error.h"
 #include "format/gguf/gguf_arch.h"
 #include "format/gguf/gguf_container.h"
@@ -256,6 +259,41 @@ TEST(GgufVocabTest, PreTokenizersAreKnownByTheirStructure) {
   EXPECT_EQ(unknown.name, "");
   EXPECT_NE(unknown.reason.find("\\\\s+"), std::string::npos) << unknown.reason;
   EXPECT_EQ(ClassifyPreTokenizer({{"pre_tokenizer", {{"type", "Metaspace"}}}}).name, "");
+}
+
+std::string FromHex(const std::string& hex) {
+  std::string bytes;
+  for (size_t i = 0; i + 1 < hex.size(); i += 2) {
+    bytes += static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16));
+  }
+  return bytes;
+}
+
+// ggml's quantize_row_q8_0_ref, byte for byte, on the golden rows (tests/data/gguf-qvectors.json:
+// produced by the ggml reference functions).
+TEST(GgmlQ8_0Test, EncoderMatchesTheGgmlReferenceOnTheGoldenRows) {
+  std::ifstream in(std::string(APRFS_TEST_DATA_DIR) + "/gguf-qvectors.json");
+  ASSERT_TRUE(in) << "tests/data/gguf-qvectors.json";
+  const nlohmann::json vectors = nlohmann::json::parse(in);
+  ASSERT_GE(vectors["cases"].size(), 3u);
+  for (const nlohmann::json& c : vectors["cases"]) {
+    SCOPED_TRACE(c["name"].get<std::string>());
+    const std::string input = FromHex(c["input_f32_le_hex"]);
+    const std::string want = FromHex(c["q8_0"]);
+    std::vector<float> values(input.size() / 4);
+    std::memcpy(values.data(), input.data(), input.size());
+    // Through the codec, as the view encodes a row: 1 x 512 elements, 16 units.
+    TensorCodec codec;
+    codec.from = SourceDtype::kF32;
+    codec.to = Encoding::kGgmlQ8_0;
+    codec.cols = values.size();
+    ASSERT_EQ(EncodedSize(codec), want.size());
+    std::string got(want.size(), '\0');
+    std::vector<float> scratch;
+    EncodeUnits(codec, codec::BestKernels(), 0, UnitCount(codec), values.data(), 0.0f, scratch,
+                reinterpret_cast<uint8_t*>(got.data()));
+    EXPECT_EQ(got, want);
+  }
 }
 
 }  // namespace
