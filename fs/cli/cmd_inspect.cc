@@ -13,6 +13,7 @@
 #include "format/error.h"
 #include "fs/cli/apr_check.h"
 #include "fs/cli/commands.h"
+#include "fs/cli/inspect_gguf.h"
 #include "fs/cli/inspect_safetensors.h"
 
 namespace aprfs {
@@ -50,9 +51,9 @@ int RunInspect(const InspectArgs& args) {
   nlohmann::json report = {{"file", args.file}, {"size", size}};
   AprCheck check;
   try {
-    if (LooksLikeSafetensors(read_at(0, 9))) {
-      return InspectSafetensors(args.file, read_at, size, args.json);
-    }
+    const std::string first = read_at(0, 9);
+    if (first.compare(0, 4, "GGUF") == 0) return InspectGguf(args.file, read_at, size, args.json);
+    if (LooksLikeSafetensors(first)) return InspectSafetensors(args.file, read_at, size, args.json);
     check = CheckAprFile(read_at, size, !args.quick);
   } catch (const std::exception& e) {
     std::cerr << "aprfs inspect: " << args.file << ": " << e.what() << "\n";
@@ -140,8 +141,8 @@ int RunInspect(const InspectArgs& args) {
 void RegisterInspect(CLI::App& app, int& exit_code) {
   auto args = std::make_shared<InspectArgs>();
   CLI::App* cmd = app.add_subcommand(
-      "inspect", "Check an .apr file (header, metadata, index) or a .safetensors file");
-  cmd->add_option("FILE", args->file, "A mounted or materialized .apr or .safetensors file")
+      "inspect", "Check an .apr file (header, metadata, index), a .gguf or a .safetensors file");
+  cmd->add_option("FILE", args->file, "A mounted or materialized .apr, .gguf or .safetensors file")
       ->required();
   cmd->add_flag("--json", args->json, "Machine-readable output");
   cmd->add_flag("--quick", args->quick, "Skip the footer CRC (it reads the whole file)");

@@ -4,7 +4,9 @@
 // pass of the safetensors model (tests/tools/reference_forward.py, transformers' definition:
 // a wrong Q/K row permutation, RoPE factor, bias or conversion moves them by far more than the
 // tolerances). Plus: every read path gives the same bytes, the listing, and refusals.
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cmath>
@@ -142,6 +144,42 @@ TEST_F(GgufListingTest, ListedOnRequestAndRefusedWithTheReasonWhereUnmapped) {
   EXPECT_NE(ls.out.find("not offered: config.json: architecture 'Phi3ForCausalLM'"),
             std::string::npos)
       << ls.out;
+}
+
+// aprfs inspect reads a mounted .gguf as llama.cpp's loader would, and names what it would
+// refuse in a damaged copy.
+TEST_F(GgufListingTest, InspectReadsTheViewAndNamesWhatTheLoaderWouldRefuse) {
+  ASSERT_NO_FATAL_FAILURE(MakeModel("q", {"--preset", "qwen2-tiny"}));
+  ASSERT_NO_FATAL_FAILURE(MountViews());
+  ProcResult mounted = RunAprfs({"inspect", "--json", MP("q.Q8_0.gguf")}, 60s);
+  EXPECT_EQ(mounted.exit_code, 0) << mounted.Describe();
+  json report = json::parse(mounted.out, nullptr, false);
+  ASSERT_TRUE(report.is_object()) << mounted.Describe();
+  EXPECT_EQ(report["valid"], true) << report["errors"];
+  EXPECT_EQ(report["tensor_count"], 26);
+  EXPECT_EQ(report["kv"]["general.architecture"], "qwen2");
+  EXPECT_EQ(report["kv"]["general.file_type"], 7);
+  EXPECT_EQ(report["kv"]["tokenizer.ggml.pre"], "qwen2");
+  EXPECT_EQ(report["kv"]["tokenizer.ggml.tokens"]["count"], 320);
+
+  const std::string copy = work_dir() + "/q.gguf";
+  ProcResult cp = RunCommand({"cp", MP("q.gguf"), copy}, 60s);
+  ASSERT_EQ(cp.exit_code, 0) << cp.Describe();
+  EXPECT_EQ(RunAprfs({"inspect", copy}, 60s).exit_code, 0);
+  ASSERT_EQ(truncate(copy.c_str(), static_cast<off_t>(FileSize(copy) - 4096)), 0);
+  ProcResult truncated = RunAprfs({"inspect", copy}, 60s);
+  EXPECT_EQ(truncated.exit_code, 1) << truncated.Describe();
+  EXPECT_NE(truncated.out.find("not within the file bounds"), std::string::npos)
+      << truncated.Describe();
+  {
+    Fd fd(copy, O_RDWR);
+    ASSERT_TRUE(fd.ok());
+    const char version2[4] = {2, 0, 0, 0};
+    ASSERT_EQ(pwrite(fd.get(), version2, 4, 4), 4);
+  }
+  ProcResult old = RunAprfs({"inspect", copy}, 60s);
+  EXPECT_EQ(old.exit_code, 1);
+  EXPECT_NE(old.out.find("GGUF version 2"), std::string::npos) << old.Describe();
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include "format/error.h"
 #include "format/gguf/gguf_arch.h"
 #include "format/gguf/gguf_container.h"
+#include "format/gguf/gguf_reader.h"
 #include "format/gguf/gguf_tensors.h"
 #include "format/gguf/gguf_vocab.h"
 
@@ -162,6 +163,51 @@ TEST(GgufContainerTest, HeaderKvsInfosAndDataFollowTheSpec) {
   EXPECT_EQ(plan.extents[2].codec, 0u);
   EXPECT_EQ(plan.total_size, plan.data_offset + 96) << "the last tensor padded too";
   EXPECT_FALSE(plan.has_footer());
+}
+
+// The reader behind `aprfs inspect`, on what the writer lays out, and on damaged copies.
+TEST(GgufReaderTest, ReadsTheWritersLayoutAndNamesBrokenRules) {
+  GgufMetadata kv;
+  kv.String("general.architecture", "llama");
+  kv.String("tokenizer.ggml.model", "gpt2");
+  kv.StringArray("tokenizer.ggml.tokens", {"a", "b"});
+  GgufTensor a, b;
+  a.name = "a";
+  a.ne = {3};
+  a.pieces = {{0, 12, 0, 0, kVerbatim}};
+  b.name = "b";
+  b.ne = {32, 2};
+  b.type = GgmlType::kQ8_0;
+  b.pieces = {{0, 68, 0, 0, kVerbatim}};
+  const FilePlan plan = BuildGgufPlan(kv, {a, b}, {});
+  std::string file = plan.prefix + std::string(plan.total_size - plan.prefix.size(), '\0');
+  auto read = [&](const std::string& bytes) {
+    return ReadGgufFile([&](uint64_t at, uint64_t n) { return bytes.substr(at, n); }, bytes.size(),
+                        "f.gguf");
+  };
+  GgufFile ok = read(file);
+  EXPECT_TRUE(ok.problems.empty()) << ok.problems.front();
+  ASSERT_EQ(ok.tensors.size(), 2u);
+  EXPECT_EQ(ok.tensors[1].offset, 32u);
+  EXPECT_EQ(ok.tensors[1].bytes, 68u);
+  EXPECT_EQ(ok.data_start, plan.data_offset);
+  EXPECT_EQ(GgmlTypeNameById(ok.tensors[1].type), "Q8_0");
+
+  GgufFile cut = read(file.substr(0, file.size() - 40));
+  ASSERT_EQ(cut.problems.size(), 1u);
+  EXPECT_NE(cut.problems[0].find("tensor 'b': its data ends past the end"), std::string::npos);
+  // b's info record: name (u64 length 1, "b"), 2 dims, ne, type, then its offset: 32 -> 64.
+  std::string moved = file;
+  const size_t record = plan.prefix.find(std::string("\x01\0\0\0\0\0\0\0b\x02\0\0\0", 13));
+  ASSERT_NE(record, std::string::npos);
+  const size_t offset_field = record + 9 + 4 + 16 + 4;
+  ASSERT_EQ(moved[offset_field], 32);
+  moved[offset_field] = 64;
+  GgufFile bad = read(moved);
+  ASSERT_FALSE(bad.problems.empty());
+  EXPECT_NE(bad.problems[0].find("tensor 'b' has offset 64, expected 32"), std::string::npos)
+      << bad.problems[0];
+  EXPECT_FALSE(read(file.substr(0, 30)).problems.empty());
 }
 
 TEST(GgufContainerTest, RefusesWhatTheLoaderWouldNamingTheTensor) {
