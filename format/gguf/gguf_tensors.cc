@@ -207,7 +207,10 @@ GgufTensors PlanGgufTensors(const ShardSet& set, const GgufConfig& config, GgufO
                        : outtype == GgufOuttype::kQ8_0 ? Dtype::kQ8_0
                                                         : Dtype::kF16;
   // LlamaFileType: ALL_F32, MOSTLY_F16, MOSTLY_Q8_0, MOSTLY_BF16.
-  out.file_type = wanted == Dtype::kF32 ? 0 : wanted == Dtype::kBF16 ? 32 : wanted == Dtype::kQ8_0 ? 7 : 1;
+  out.file_type = wanted == Dtype::kF32    ? 0
+                  : wanted == Dtype::kBF16 ? 32
+                  : wanted == Dtype::kQ8_0 ? 7
+                                           : 1;
 
   if (config.arch == GgufArch::kLlama && config.rope_type == "llama3") {
     GgufTensor freqs;
@@ -241,7 +244,9 @@ GgufTensors PlanGgufTensors(const ShardSet& set, const GgufConfig& config, GgufO
                           !EndsWith(*name, ".weight");
     Dtype to = f32_rule ? Dtype::kF32 : wanted;
     // Q8_0 rows are whole 32-element blocks; others fall back to F16, as the converter does.
-    if (to == Dtype::kQ8_0 && t.shape.back() % GgmlBlockElements(GgmlType::kQ8_0) != 0) to = Dtype::kF16;
+    if (to == Dtype::kQ8_0 && t.shape.back() % GgmlBlockElements(GgmlType::kQ8_0) != 0) {
+      to = Dtype::kF16;
+    }
     tensor.type = GgmlOf(to);
     if (*name == "token_embd.weight") out.token_rows = tensor.ne.size() > 1 ? tensor.ne[1] : 0;
 
@@ -267,9 +272,7 @@ GgufTensors PlanGgufTensors(const ShardSet& set, const GgufConfig& config, GgufO
                           (StartsWith(*name, "blk.") &&
                            (EndsWith(*name, ".attn_q.weight") || EndsWith(*name, ".attn_q.bias") ||
                             EndsWith(*name, ".attn_k.weight") || EndsWith(*name, ".attn_k.bias")));
-    if (tensor.elements() == 0) {
-      // No bytes, no pieces.
-    } else if (permuted) {
+    if (permuted && tensor.elements() > 0) {
       const bool is_k = Contains(*name, ".attn_k.");
       const uint64_t heads = is_k ? config.head_count_kv : config.head_count;
       const bool bias = t.shape.size() == 1;
@@ -284,7 +287,7 @@ GgufTensors PlanGgufTensors(const ShardSet& set, const GgufConfig& config, GgufO
         piece(Bytes(to, r * row_elements), row_elements,
               LlamaPermutedRow(r, n_rows, heads) * row_elements);
       }
-    } else {
+    } else if (tensor.elements() > 0) {  // an empty tensor has no bytes, no pieces
       piece(0, tensor.elements(), 0);
     }
     out.total_params += tensor.elements();
