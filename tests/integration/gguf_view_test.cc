@@ -1,4 +1,5 @@
-// The GGUF views, checked by llama.cpp itself (node-llama-cpp's prebuilt CPU build): every
+// The GGUF views, checked by llama.cpp itself (node-llama-cpp's prebuilt CPU build) and parsed
+// by @huggingface/gguf: every
 // outtype of generated Qwen2- and Llama-3-shaped models loads through the mount, tokenizes and
 // detokenizes a text back to itself, and its logits for that text match an independent forward
 // pass of the safetensors model (tests/tools/reference_forward.py, transformers' definition:
@@ -93,6 +94,14 @@ TEST_P(GgufViewTest, LlamaCppLoadsEveryOuttypeAndItsLogitsMatchTheReference) {
     ASSERT_TRUE(run.contains("tokens")) << run.dump();
     EXPECT_EQ(run["architecture"], c.architecture);
     EXPECT_EQ(run["tensorCount"], c.tensors);
+    // The Hub's own GGUF reader sees the same file: every tensor's name, shape, type, offset.
+    ProcResult hub = RunCommand({"node", ToolsDir() + "/gguf_parse.mjs", MP(file)}, 60s);
+    ASSERT_EQ(hub.exit_code, 0) << "@huggingface/gguf cannot parse " << file << ": " << hub.Describe();
+    json parsed = json::parse(hub.out, nullptr, false);
+    ASSERT_TRUE(parsed.is_object()) << hub.Describe();
+    EXPECT_EQ(parsed["version"], 3);
+    EXPECT_EQ(parsed["architecture"], c.architecture);
+    EXPECT_EQ(parsed["tensors"], run["tensors"]) << "@huggingface/gguf and llama.cpp disagree";
     EXPECT_GT(run["tokens"].size(), 10u);
     EXPECT_EQ(run["detokenized"], kText) << "tokens " << run["tokens"].dump();
     if (reference.is_null()) reference = ReferenceLogits("m", run["tokens"]);
