@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs the tests' pinned Node.js packages (tests/tools/package-lock.json): node-llama-cpp
 # and its prebuilt CPU build of llama.cpp, which the GGUF view tests load models with, and
-# @huggingface/gguf, which they parse the views with. No
-# compiler and no download at install (NODE_LLAMA_CPP_SKIP_DOWNLOAD, no install scripts).
+# @huggingface/gguf, which they parse the views with. No compiler and no download at install
+# (NODE_LLAMA_CPP_SKIP_DOWNLOAD, no install scripts).
 # Kept in a cache keyed by the lockfile and linked as tests/tools/node_modules, so a fresh
 # clone on the same machine downloads nothing. Needs Node.js >= 20 and npm. `npm install` with
 # the lockfile rather than `npm ci`: ci refuses a lockfile that lacks the other platforms'
