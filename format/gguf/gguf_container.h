@@ -16,6 +16,14 @@ namespace aprfs {
 
 // The ggml tensor types the views write, with their ggml ids.
 enum class GgmlType : uint32_t { kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ8_0 = 8, kQ4K = 12, kQ6K = 14, kBF16 = 30 };
+// Name, elements per block and bytes per block of a ggml type id: the types the views write
+// and the other common ones a GGUF file may hold; null for the rest.
+struct GgmlLayout {
+  std::string_view name;
+  uint64_t block;
+  uint64_t bytes;
+};
+const GgmlLayout* FindGgmlLayout(uint32_t type_id);
 // Elements per block and bytes per block.
 uint64_t GgmlBlockElements(GgmlType type);
 uint64_t GgmlBlockBytes(GgmlType type);
@@ -60,8 +68,8 @@ struct GgufTensor {
   // when `inline_bytes` is set, those bytes (small generated tensors such as rope_freqs).
   std::vector<DataExtent> pieces;
   std::string inline_bytes;
-  bool is_inline = false;
 
+  bool is_inline() const { return !inline_bytes.empty(); }
   uint64_t elements() const;
   uint64_t bytes() const { return GgmlTensorBytes(type, elements()); }
 };

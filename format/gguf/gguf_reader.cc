@@ -4,28 +4,11 @@
 #include <set>
 
 #include "format/error.h"
+#include "format/gguf/gguf_container.h"
 
 namespace aprfs {
 namespace {
 
-// Block size and bytes per block of the ggml types whose layout aprfs knows.
-struct TypeSize {
-  const char* name;
-  uint64_t block;
-  uint64_t bytes;
-};
-const std::map<uint32_t, TypeSize>& TypeSizes() {
-  static const std::map<uint32_t, TypeSize> sizes = {
-      {0, {"F32", 1, 4}},      {1, {"F16", 1, 2}},        {2, {"Q4_0", 32, 18}},
-      {3, {"Q4_1", 32, 20}},   {6, {"Q5_0", 32, 22}},     {7, {"Q5_1", 32, 24}},
-      {8, {"Q8_0", 32, 34}},   {9, {"Q8_1", 32, 36}},     {10, {"Q2_K", 256, 84}},
-      {11, {"Q3_K", 256, 110}}, {12, {"Q4_K", 256, 144}}, {13, {"Q5_K", 256, 176}},
-      {14, {"Q6_K", 256, 210}}, {15, {"Q8_K", 256, 292}}, {24, {"I8", 1, 1}},
-      {25, {"I16", 1, 2}},     {26, {"I32", 1, 4}},       {27, {"I64", 1, 8}},
-      {28, {"F64", 1, 8}},     {30, {"BF16", 1, 2}},
-  };
-  return sizes;
-}
 constexpr uint32_t kGgmlTypeCount = 42;  // at the llama.cpp commit gguf-view.md was checked against
 
 struct Truncated {};
@@ -74,7 +57,7 @@ float AsFloat(uint32_t bits) {
   return f;
 }
 
-// One value of `type`; nullopt (with a problem) for a type the loader rejects.
+// One value of `type`; throws Truncated (after noting a problem) for one the loader rejects.
 nlohmann::json ReadValue(Cursor& c, uint32_t type, const std::string& key, bool in_array,
                          std::vector<std::string>& problems) {
   constexpr uint64_t kMaxString = 1ull << 30;
@@ -130,8 +113,8 @@ nlohmann::json ReadValue(Cursor& c, uint32_t type, const std::string& key, bool 
 }  // namespace
 
 std::string GgmlTypeNameById(uint32_t type) {
-  auto it = TypeSizes().find(type);
-  return it != TypeSizes().end() ? it->second.name : "type " + std::to_string(type);
+  const GgmlLayout* layout = FindGgmlLayout(type);
+  return layout ? std::string(layout->name) : "type " + std::to_string(type);
 }
 
 const nlohmann::json* GgufFile::Find(const std::string& key) const {
@@ -195,14 +178,14 @@ GgufFile ReadGgufFile(const ReadAt& read_at, uint64_t size, const std::string& f
       info.offset = c.U(8);
       if (info.type >= kGgmlTypeCount) {
         problems.push_back(what + ": ggml type " + std::to_string(info.type) + " does not exist");
-      } else if (auto known = TypeSizes().find(info.type); known != TypeSizes().end()) {
-        if (info.ne[0] % known->second.block != 0) {
-          problems.push_back(what + ": rows of " + std::to_string(info.ne[0]) + " elements are not whole " +
-                             known->second.name + " blocks");
+      } else if (const GgmlLayout* layout = FindGgmlLayout(info.type)) {
+        if (info.ne[0] % layout->block != 0) {
+          problems.push_back(what + ": rows of " + std::to_string(info.ne[0]) +
+                             " elements are not whole " + std::string(layout->name) + " blocks");
         } else {
           uint64_t elements = 1;
           for (uint64_t ne : info.ne) elements *= ne;
-          info.bytes = elements / known->second.block * known->second.bytes;
+          info.bytes = elements / layout->block * layout->bytes;
         }
       }
       out.tensors.push_back(std::move(info));

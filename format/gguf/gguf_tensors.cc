@@ -217,7 +217,6 @@ GgufTensors PlanGgufTensors(const ShardSet& set, const GgufConfig& config, GgufO
     freqs.name = "rope_freqs.weight";
     freqs.ne = {config.head_dim / 2};
     freqs.type = GgmlType::kF32;
-    freqs.is_inline = true;
     freqs.inline_bytes = Llama3RopeFreqs(config);
     out.tensors.push_back(std::move(freqs));
   }
@@ -294,7 +293,7 @@ GgufTensors PlanGgufTensors(const ShardSet& set, const GgufConfig& config, GgufO
     out.tensors.push_back(std::move(tensor));
   }
   for (const GgufTensor& tensor : out.tensors) {
-    if (tensor.is_inline) out.total_params += tensor.elements();
+    if (tensor.is_inline()) out.total_params += tensor.elements();
   }
   return out;
 }

@@ -32,8 +32,7 @@ std::map<std::string, std::string> MergedMetadata(const ShardSet& set) {
       }
     }
   }
-  auto format = metadata.find("format");
-  if (format == metadata.end()) metadata["format"] = "pt";
+  metadata.emplace("format", "pt");  // kept when the shards give one
   return metadata;
 }
 

@@ -86,10 +86,7 @@ std::optional<std::pair<std::string, ViewKind>> SplitViewFileName(std::string_vi
     return std::make_pair(std::string(stem), ViewKind::kGguf);
   }
   constexpr std::string_view kExtension = ".apr";
-  if (file_name.size() <= kExtension.size() ||
-      file_name.substr(file_name.size() - kExtension.size()) != kExtension) {
-    return std::nullopt;
-  }
+  if (!EndsWith(file_name, kExtension)) return std::nullopt;
   std::string_view stem = file_name.substr(0, file_name.size() - kExtension.size());
   size_t dot = stem.rfind('.');
   if (dot != std::string_view::npos && dot > 0) {

@@ -115,7 +115,6 @@ TEST(GgufContainerTest, HeaderKvsInfosAndDataFollowTheSpec) {
   GgufTensor generated;
   generated.name = "rope_freqs.weight";
   generated.ne = {3};
-  generated.is_inline = true;
   generated.inline_bytes = std::string(12, '\x7f');
   GgufTensor weight;
   weight.name = "blk.0.attn_q.weight";
