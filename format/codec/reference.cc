@@ -137,20 +137,6 @@ void EncodeAprQ8Ref(const float* x, size_t n, float scale, uint8_t* out) {
   }
 }
 
-void EncodeGgmlQ8_0BlockRef(const float* x, uint8_t* out) {
-  float amax = 0.0f;
-  for (int j = 0; j < 32; ++j) {
-    const float a = std::fabs(x[j]);
-    amax = amax > a ? amax : a;  // ggml's MAX: a NaN element makes amax NaN
-  }
-  const float d = amax / 127.0f;
-  const float id = d != 0.0f ? 1.0f / d : 0.0f;
-  StoreLe16(out, F32ToF16(d));
-  for (int j = 0; j < 32; ++j) {
-    out[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(std::roundf(x[j] * id)));
-  }
-}
-
 void EncodeF16Ref(const float* x, size_t n, uint8_t* out) {
   for (size_t i = 0; i < n; ++i) StoreLe16(out + 2 * i, F32ToF16(x[i]));
 }

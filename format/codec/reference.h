@@ -30,10 +30,6 @@ float AprQ8Scale(float max_abs);
 // AprQ8 codes (§5.2): one i8 per element. The 4-byte scale header is the caller's.
 void EncodeAprQ8Ref(const float* x, size_t n, float scale, uint8_t* out);
 
-// One ggml Q8_0 block (gguf-view.md §5.1): 32 f32 in, 34 bytes out (fp16 d, then 32 i8).
-// d = max|x| / 127, q = roundf(x / d) (half away from zero), as quantize_row_q8_0_ref.
-void EncodeGgmlQ8_0BlockRef(const float* x, uint8_t* out);
-
 // F16 (§5.1): 2n bytes, little-endian.
 void EncodeF16Ref(const float* x, size_t n, uint8_t* out);
 

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "format/codec/ggml_quants.h"
 #include "format/codec/half.h"
 #include "format/codec/reference.h"
 
@@ -14,8 +15,23 @@ constexpr uint64_t kQ4kElements = 256;
 constexpr uint64_t kQ4kBytes = 144;
 constexpr uint64_t kAprQ4Elements = 32;
 constexpr uint64_t kAprQ4Bytes = 18;
-constexpr uint64_t kQ8_0Elements = 32;
-constexpr uint64_t kQ8_0Bytes = 34;
+
+// ggml's block quantizers: elements and bytes of a block, and the reference encoder.
+struct GgmlBlockCodec {
+  uint64_t elements;
+  uint64_t bytes;
+  void (*encode)(const float* x, uint8_t* out);
+};
+GgmlBlockCodec GgmlBlock(Encoding encoding) {
+  switch (encoding) {
+    case Encoding::kGgmlQ8_0: return {32, codec::kGgmlQ8_0Bytes, codec::EncodeGgmlQ8_0BlockRef};
+    case Encoding::kGgmlQ5_0: return {32, codec::kGgmlQ5_0Bytes, codec::EncodeGgmlQ5_0BlockRef};
+    case Encoding::kGgmlQ4K: return {256, codec::kGgmlQ4KBytes, codec::EncodeGgmlQ4KBlockRef};
+    case Encoding::kGgmlQ5K: return {256, codec::kGgmlQ5KBytes, codec::EncodeGgmlQ5KBlockRef};
+    case Encoding::kGgmlQ6K: return {256, codec::kGgmlQ6KBytes, codec::EncodeGgmlQ6KBlockRef};
+    default: return {1, 0, nullptr};
+  }
+}
 
 uint64_t CeilDiv(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 
@@ -55,7 +71,11 @@ uint64_t UnitBytes(Encoding encoding) {
     case Encoding::kQ4K: return kQ4kBytes;
     case Encoding::kAprQ8: return 1;
     case Encoding::kAprQ4: return kAprQ4Bytes;
-    case Encoding::kGgmlQ8_0: return kQ8_0Bytes;
+    case Encoding::kGgmlQ8_0:
+    case Encoding::kGgmlQ5_0:
+    case Encoding::kGgmlQ4K:
+    case Encoding::kGgmlQ5K:
+    case Encoding::kGgmlQ6K: return GgmlBlock(encoding).bytes;
   }
   return 0;
 }
@@ -64,8 +84,7 @@ uint64_t UnitElements(Encoding encoding) {
   switch (encoding) {
     case Encoding::kQ4K: return kQ4kElements;
     case Encoding::kAprQ4: return kAprQ4Elements;
-    case Encoding::kGgmlQ8_0: return kQ8_0Elements;
-    default: return 1;
+    default: return GgmlBlock(encoding).elements;
   }
 }
 
@@ -187,18 +206,25 @@ void EncodeUnits(const TensorCodec& codec, const codec::CodecKernels& kernels, u
       return;
     }
     case Encoding::kGgmlQ8_0:
+    case Encoding::kGgmlQ5_0:
+    case Encoding::kGgmlQ4K:
+    case Encoding::kGgmlQ5K:
+    case Encoding::kGgmlQ6K: {
       // Whole blocks (a GGUF row is whole blocks); a short last one of a flat tensor is padded.
+      const GgmlBlockCodec block = GgmlBlock(codec.to);
+      const uint64_t first = UnitSource(codec, first_unit).first;
+      float x[256];
       for (uint64_t unit = first_unit; unit < end_unit; ++unit) {
         const ElementRange source = UnitSource(codec, unit);
-        const float* x = values + (source.first - UnitSource(codec, first_unit).first);
-        float block[kQ8_0Elements] = {};
-        if (source.count < kQ8_0Elements) {
-          std::memcpy(block, x, source.count * sizeof(float));
-          x = block;
+        std::fill(x, x + block.elements, 0.0f);
+        std::memcpy(x, values + (source.first - first), source.count * sizeof(float));
+        if (codec.round_to_f16) {
+          for (uint64_t i = 0; i < source.count; ++i) x[i] = codec::F16ToF32(codec::GgmlFp16(x[i]));
         }
-        codec::EncodeGgmlQ8_0BlockRef(x, out + (unit - first_unit) * kQ8_0Bytes);
+        block.encode(x, out + (unit - first_unit) * block.bytes);
       }
       return;
+    }
     case Encoding::kQ4K:
       break;
   }
@@ -237,6 +263,10 @@ std::string EncodingName(Encoding encoding) {
     case Encoding::kAprQ8: return "int8";
     case Encoding::kAprQ4: return "int4";
     case Encoding::kGgmlQ8_0: return "q8_0";
+    case Encoding::kGgmlQ5_0: return "q5_0";
+    case Encoding::kGgmlQ4K: return "ggml-q4_k";
+    case Encoding::kGgmlQ5K: return "q5_k";
+    case Encoding::kGgmlQ6K: return "ggml-q6_k";
   }
   return "?";
 }

@@ -15,8 +15,11 @@ namespace aprfs {
 // (apr-quantization.md §5).
 
 enum class SourceDtype : uint8_t { kF32, kF16, kBF16, kE4M3 };
-// kGgmlQ8_0: ggml's Q8_0 blocks (GGUF views); the others are what aprender writes.
-enum class Encoding : uint8_t { kF32, kF16, kBF16, kQ4K, kAprQ8, kAprQ4, kGgmlQ8_0 };
+// kGgml*: ggml's reference quantizers (GGUF views, ggml_quants.h); the others are what
+// aprender writes (its kQ4K has ggml's layout but its own encoder).
+enum class Encoding : uint8_t {
+  kF32, kF16, kBF16, kQ4K, kAprQ8, kAprQ4, kGgmlQ8_0, kGgmlQ5_0, kGgmlQ4K, kGgmlQ5K, kGgmlQ6K
+};
 // The dtype of an FP8 weight's `weight_scale_inv`: f32 multipliers, or one-byte powers of two
 // (the "ue8m0" variant: s = 2^(byte - 127)).
 enum class ScaleDtype : uint8_t { kF32, kE8M0 };
@@ -26,6 +29,9 @@ struct TensorCodec {
   Encoding to = Encoding::kF32;
   // Q4_K of a 2-D tensor: every row is padded with zeros to whole super-blocks (§5.4.3).
   bool row_padded = false;
+  // ggml encodings: values are rounded to f16 first, as llama-quantize reads them from the
+  // converter's F16 file.
+  bool round_to_f16 = false;
   // The source as a row-major matrix: its 2-D shape, or 1 x N for other ranks.
   uint64_t rows = 1;
   uint64_t cols = 0;

@@ -34,7 +34,11 @@ uint8_t CodeOf(Encoding encoding) {
     case Encoding::kQ4K: return kAprQ4K;
     case Encoding::kAprQ8: return kAprQ8;
     case Encoding::kAprQ4: return kAprQ4;
-    case Encoding::kGgmlQ8_0: break;  // GGUF only: never in an APR file
+    case Encoding::kGgmlQ8_0:
+    case Encoding::kGgmlQ5_0:
+    case Encoding::kGgmlQ4K:
+    case Encoding::kGgmlQ5K:
+    case Encoding::kGgmlQ6K: break;  // GGUF only: never in an APR file
   }
   return kAprF32;
 }

@@ -30,6 +30,7 @@ std::string ComputedStoreKey(const FilePlan& plan,
                            uint64_t{c.scale_source}, c.scale_offset}) {
       AppendNumber(layout, value);
     }
+    if (c.round_to_f16) layout += "f16,";  // only when set: older keys stay valid
   }
   what += "layout " + Sha256Hex(layout) + "\n";
   return "view-" + Sha256Hex(what).substr(0, 32);

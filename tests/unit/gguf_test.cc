@@ -314,30 +314,33 @@ std::string FromHex(const std::string& hex) {
   return bytes;
 }
 
-// ggml's quantize_row_q8_0_ref, byte for byte, on the golden rows (tests/data/gguf-qvectors.json:
-// produced by the ggml reference functions).
-TEST(GgmlQ8_0Test, EncoderMatchesTheGgmlReferenceOnTheGoldenRows) {
+// ggml's quantize_row_*_ref, byte for byte, on the golden rows (tests/data/gguf-qvectors.json:
+// produced by the ggml reference functions), through the codec as a view encodes a row of 512.
+TEST(GgmlQuantsTest, EncodersMatchTheGgmlReferenceOnTheGoldenRows) {
   std::ifstream in(std::string(APRFS_TEST_DATA_DIR) + "/gguf-qvectors.json");
   ASSERT_TRUE(in) << "tests/data/gguf-qvectors.json";
   const nlohmann::json vectors = nlohmann::json::parse(in);
   ASSERT_GE(vectors["cases"].size(), 3u);
   for (const nlohmann::json& c : vectors["cases"]) {
-    SCOPED_TRACE(c["name"].get<std::string>());
-    const std::string input = FromHex(c["input_f32_le_hex"]);
-    const std::string want = FromHex(c["q8_0"]);
-    std::vector<float> values(input.size() / 4);
-    std::memcpy(values.data(), input.data(), input.size());
-    // Through the codec, as the view encodes a row: 1 x 512 elements, 16 units.
-    TensorCodec codec;
-    codec.from = SourceDtype::kF32;
-    codec.to = Encoding::kGgmlQ8_0;
-    codec.cols = values.size();
-    ASSERT_EQ(EncodedSize(codec), want.size());
-    std::string got(want.size(), '\0');
-    std::vector<float> scratch;
-    EncodeUnits(codec, codec::BestKernels(), 0, UnitCount(codec), values.data(), 0.0f, scratch,
-                reinterpret_cast<uint8_t*>(got.data()));
-    EXPECT_EQ(got, want);
+    for (auto [key, encoding] : {std::pair{"q8_0", Encoding::kGgmlQ8_0},
+                                 std::pair{"q4_K", Encoding::kGgmlQ4K},
+                                 std::pair{"q6_K", Encoding::kGgmlQ6K}}) {
+      SCOPED_TRACE(c["name"].get<std::string>() + " " + key);
+      const std::string input = FromHex(c["input_f32_le_hex"]);
+      const std::string want = FromHex(c[key]);
+      std::vector<float> values(input.size() / 4);
+      std::memcpy(values.data(), input.data(), input.size());
+      TensorCodec codec;
+      codec.from = SourceDtype::kF32;
+      codec.to = encoding;
+      codec.cols = values.size();
+      ASSERT_EQ(EncodedSize(codec), want.size());
+      std::string got(want.size(), '\0');
+      std::vector<float> scratch;
+      EncodeUnits(codec, codec::BestKernels(), 0, UnitCount(codec), values.data(), 0.0f, scratch,
+                  reinterpret_cast<uint8_t*>(got.data()));
+      EXPECT_EQ(got, want);
+    }
   }
 }
 
