@@ -1,5 +1,6 @@
 #include "format/gguf/gguf_container.h"
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 
@@ -66,6 +67,14 @@ void GgufMetadata::Put(const std::string& key, std::string encoded_value) {
   } else {
     records_[it->second].second = std::move(encoded_value);
   }
+}
+
+void GgufMetadata::MoveToEnd(const std::string& key) {
+  auto it = position_.find(key);
+  if (it == position_.end()) return;
+  const size_t from = it->second;
+  std::rotate(records_.begin() + from, records_.begin() + from + 1, records_.end());
+  for (size_t i = from; i < records_.size(); ++i) position_[records_[i].first] = i;
 }
 
 void GgufMetadata::String(const std::string& key, std::string_view value) {

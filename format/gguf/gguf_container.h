@@ -15,7 +15,9 @@ namespace aprfs {
 // infos, then the data section, every tensor aligned to 32 bytes in info order.
 
 // The ggml tensor types the views write, with their ggml ids.
-enum class GgmlType : uint32_t { kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ8_0 = 8, kQ4K = 12, kQ6K = 14, kBF16 = 30 };
+enum class GgmlType : uint32_t {
+  kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ5_0 = 6, kQ8_0 = 8, kQ4K = 12, kQ5K = 13, kQ6K = 14, kBF16 = 30
+};
 // Name, elements per block and bytes per block of a ggml type id: the types the views write
 // and the other common ones a GGUF file may hold; null for the rest.
 struct GgmlLayout {
@@ -46,6 +48,9 @@ class GgufMetadata {
   void StringArray(const std::string& key, const std::vector<std::string>& values);
   void F32Array(const std::string& key, const std::vector<float>& values);
   void I32Array(const std::string& key, const std::vector<int32_t>& values);
+
+  // Moves a record to the end, as ggml's gguf_set_val_* does with a key it sets again.
+  void MoveToEnd(const std::string& key);
 
   bool Has(const std::string& key) const { return position_.count(key) > 0; }
   size_t size() const { return records_.size(); }

@@ -11,8 +11,9 @@
 
 namespace aprfs {
 
-// The --outtype choices of convert_hf_to_gguf.py.
-enum class GgufOuttype { kAuto, kF32, kF16, kBF16, kQ8_0 };
+// The --outtype choices of convert_hf_to_gguf.py, and kQ4_K_M: llama-quantize's Q4_K_M of the
+// F16 file (gguf_quantize.h).
+enum class GgufOuttype { kAuto, kF32, kF16, kBF16, kQ8_0, kQ4_K_M };
 
 // What the converter would write for the model's tensors (gguf-view.md §3): names mapped,
 // dropped or refused, shapes in ggml order, the output type of each tensor, the LLaMA Q/K row

@@ -71,6 +71,7 @@ TensorDispatch Dispatch(ViewKind view, ImportPath path, SourceDtype from, std::s
     case ViewKind::kGgufBf16:
     case ViewKind::kGgufF32:
     case ViewKind::kGgufQ8_0:
+    case ViewKind::kGgufQ4_K_M:
       break;
     case ViewKind::kF16:
       // Path H passes F16 and BF16 through untouched (BF16 stays BF16); path S converts every

@@ -15,6 +15,7 @@ std::string_view ViewName(ViewKind view) {
     case ViewKind::kGgufBf16: return "gguf-bf16";
     case ViewKind::kGgufF32: return "gguf-f32";
     case ViewKind::kGgufQ8_0: return "gguf-q8_0";
+    case ViewKind::kGgufQ4_K_M: return "gguf-q4_k_m";
   }
   return "?";
 }
@@ -49,6 +50,7 @@ std::string_view GgufInfix(ViewKind view) {
     case ViewKind::kGgufBf16: return "BF16";
     case ViewKind::kGgufF32: return "F32";
     case ViewKind::kGgufQ8_0: return "Q8_0";
+    case ViewKind::kGgufQ4_K_M: return "Q4_K_M";
     default: return "";
   }
 }
@@ -76,8 +78,8 @@ std::optional<std::pair<std::string, ViewKind>> SplitViewFileName(std::string_vi
   }
   if (EndsWith(file_name, ".gguf")) {
     std::string_view stem = file_name.substr(0, file_name.size() - 5);
-    for (ViewKind view :
-         {ViewKind::kGgufF16, ViewKind::kGgufBf16, ViewKind::kGgufF32, ViewKind::kGgufQ8_0}) {
+    for (ViewKind view : kAllViews) {
+      if (GgufInfix(view).empty()) continue;
       const std::string suffix = "." + std::string(GgufInfix(view));
       if (EndsWith(stem, suffix)) {
         return std::make_pair(std::string(stem.substr(0, stem.size() - suffix.size())), view);

@@ -37,7 +37,8 @@ void SourceOptions::AddTo(CLI::App& app) {
       ->check(CLI::Range(1, 256));
   app.add_option("--views", views,
                  "Which files of each model a folder listing shows, from apr, q4k, f16, int8, "
-                 "int4, safetensors, gguf, gguf-f16, gguf-bf16, gguf-f32, gguf-q8_0, or all "
+                 "int4, safetensors, gguf, gguf-f16, gguf-bf16, gguf-f32, gguf-q8_0, "
+                 "gguf-q4_k_m, or all "
                  "(separated by ',', ':' or '+'; default: apr,q4k); every view opens by name "
                  "whatever this says");
   app.add_flag("--no-view-cache", no_view_cache,

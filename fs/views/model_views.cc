@@ -145,8 +145,9 @@ std::shared_ptr<VirtualFile> ModelViews::Plan(ViewKind view, std::string& error)
       FilePlan plan = view == ViewKind::kSafetensors ? PlanMergedSafetensors(set)
                                                      : PlanGguf(set, view);
       spdlog::info("{}: {} tensors, {} bytes", file_name, plan.tensor_count, plan.total_size);
+      ComputeSettings compute = ComputedStorage(plan, sources_, view, computed_cache_, file_name);
       return std::make_shared<VirtualFile>(file_name, std::move(plan), sources_,
-                                           counters_[ViewIndex(view)]);
+                                           counters_[ViewIndex(view)], std::move(compute));
     }
     {
       std::lock_guard lock(mu_);
@@ -191,6 +192,7 @@ FilePlan ModelViews::PlanGguf(const ShardSet& set, ViewKind view) {
                               : view == ViewKind::kGgufBf16 ? GgufOuttype::kBF16
                               : view == ViewKind::kGgufF32  ? GgufOuttype::kF32
                               : view == ViewKind::kGgufQ8_0 ? GgufOuttype::kQ8_0
+                              : view == ViewKind::kGgufQ4_K_M ? GgufOuttype::kQ4_K_M
                                                             : GgufOuttype::kAuto;
   return PlanGgufView(set, texts, outtype);
 }

@@ -11,9 +11,12 @@
 
 #include <cerrno>
 #include <cmath>
+#include <map>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
+#include "format/gguf/gguf_reader.h"
 #include "tests/integration/view_fixture.h"
 
 namespace aprfs_itest {
@@ -125,6 +128,82 @@ INSTANTIATE_TEST_SUITE_P(
                       GgufCase{"llama3", "llama3-tiny", "llama", 22}),
     [](const auto& info) { return info.param.name; });
 
+// The GGUF file at `path`, as our reader (llama.cpp's rules) sees it, and its bytes.
+aprfs::GgufFile ReadGguf(const std::string& path, std::string* bytes) {
+  std::string error;
+  EXPECT_TRUE(ReadWholeFile(path, bytes, &error)) << error;
+  const std::string& b = *bytes;
+  return aprfs::ReadGgufFile(
+      [&b](uint64_t offset, uint64_t length) { return b.substr(offset, length); }, b.size(), path);
+}
+
+class GgufQuantizeTest : public GgufViewTest {};
+
+// NAME.Q4_K_M.gguf is what llama.cpp's own llama-quantize (node-llama-cpp's libllama, through
+// tests/tools/llama_quantize.py) makes of NAME.F16.gguf: the same KVs, tensor types and bytes
+// (Qwen2: Q5_0 and Q8_0 fallbacks, a tied Q8_0 embedding; Llama 3 with rows of whole
+// super-blocks over 8 layers: Q4_K, and Q6_K where use_more_bits picks). Byte for byte the same
+// file, except that llama3's generated rope_freqs stays first (llama-quantize sorts it after
+// output_norm): llama.cpp's logits must then be identical.
+TEST_P(GgufQuantizeTest, Q4_K_MIsWhatLlamaQuantizeMakesOfTheF16View) {
+  SetWatchdog(300s);
+  const GgufCase& c = GetParam();
+  ASSERT_NO_FATAL_FAILURE(MakeModel("m", {"--preset", c.preset}));
+  ASSERT_NO_FATAL_FAILURE(MountViews());
+  const std::string quantized = root() + "/llama-quantize.gguf";
+  ProcResult q = RunCommand({"python3", ToolsDir() + "/llama_quantize.py", MP("m.F16.gguf"),
+                             quantized, "Q4_K_M"}, 120s);
+  ASSERT_EQ(q.exit_code, 0) << q.Describe();
+  std::string want, got;
+  const aprfs::GgufFile theirs = ReadGguf(quantized, &want);
+  const aprfs::GgufFile ours = ReadGguf(MP("m.Q4_K_M.gguf"), &got);
+  EXPECT_TRUE(ours.problems.empty()) << ours.problems.front();
+  ASSERT_EQ(got.size(), want.size());
+  EXPECT_EQ(ours.kv, theirs.kv);
+  ASSERT_EQ(ours.tensors.size(), theirs.tensors.size());
+  std::map<std::string, const aprfs::GgufTensorInfo*> by_name;
+  for (const aprfs::GgufTensorInfo& t : theirs.tensors) by_name[t.name] = &t;
+  std::set<uint32_t> types;
+  for (const aprfs::GgufTensorInfo& t : ours.tensors) {
+    SCOPED_TRACE(t.name);
+    const aprfs::GgufTensorInfo* other = by_name[t.name];
+    ASSERT_NE(other, nullptr);
+    EXPECT_EQ(t.ne, other->ne);
+    EXPECT_EQ(aprfs::GgmlTypeNameById(t.type), aprfs::GgmlTypeNameById(other->type));
+    ASSERT_TRUE(t.bytes && other->bytes && *t.bytes == *other->bytes);
+    EXPECT_TRUE(got.compare(ours.data_start + t.offset, *t.bytes, want,
+                            theirs.data_start + other->offset, *other->bytes) == 0)
+        << "the tensor's bytes differ from llama-quantize's";
+    types.insert(t.type);
+  }
+  if (c.architecture == "qwen2") {
+    EXPECT_TRUE(got == want) << "not byte for byte llama-quantize's file";
+    EXPECT_EQ(types, (std::set<uint32_t>{0, 6, 8}));  // F32, Q5_0, Q8_0
+  } else {
+    EXPECT_EQ(types, (std::set<uint32_t>{0, 12, 14}));  // F32, Q4_K, Q6_K
+  }
+  json run = RunLlamaCpp(MP("m.Q4_K_M.gguf"));
+  json reference = RunLlamaCpp(quantized);
+  ASSERT_TRUE(run.contains("logits") && reference.contains("logits"));
+  EXPECT_EQ(run["tokens"], reference["tokens"]);
+  EXPECT_EQ(run["detokenized"], kText);
+  EXPECT_EQ(run["logits"], reference["logits"]) << "llama.cpp computes other logits";
+  // The computed chunks are kept: a second mount serves them from the cache.
+  ASSERT_NO_FATAL_FAILURE(UnmountCleanly());
+  ASSERT_NO_FATAL_FAILURE(MountViews());
+  std::string again, error;
+  ASSERT_TRUE(ReadWholeFile(MP("m.Q4_K_M.gguf"), &again, &error)) << error;
+  EXPECT_TRUE(again == got);
+  EXPECT_GT(ViewFigure("m", "gguf-q4_k_m", "cache_hits"), 0u);
+  EXPECT_EQ(ViewFigure("m", "gguf-q4_k_m", "bytes_computed"), 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    GgufModels, GgufQuantizeTest,
+    ::testing::Values(GgufCase{"qwen2", "qwen2-tiny", "qwen2", 26},
+                      GgufCase{"llama3", "llama3-kquant", "llama", 76}),
+    [](const auto& info) { return info.param.name; });
+
 class GgufListingTest : public ViewTest {};
 
 // Listed on request; a model whose architecture has no GGUF mapping has no GGUF view, and ls
@@ -136,12 +215,14 @@ TEST_F(GgufListingTest, ListedOnRequestAndRefusedWithTheReasonWhereUnmapped) {
   EXPECT_EQ(ListDir(mountpoint()),
             (std::vector<std::string>{"phi.apr", "q.F16.gguf", "q.apr", "q.gguf"}));
   for (const char* name :
-       {"phi.gguf", "phi.F16.gguf", "q.Q4_K_M.gguf", "q.f16.gguf", "q.F16.apr"}) {
+       {"phi.gguf", "phi.F16.gguf", "q.Q4_0.gguf", "q.f16.gguf", "q.F16.apr"}) {
     struct stat st;
     errno = 0;
     EXPECT_NE(stat(MP(name).c_str(), &st), 0) << name << " resolves";
     EXPECT_EQ(errno, ENOENT) << name;
   }
+  struct stat unlisted;
+  EXPECT_EQ(stat(MP("q.Q4_K_M.gguf").c_str(), &unlisted), 0) << "an unlisted view resolves";
   EXPECT_NE(Log().find("phi.gguf: not offered: config.json: architecture 'Phi3ForCausalLM' has "
                        "no GGUF mapping"),
             std::string::npos)

@@ -112,10 +112,10 @@ TEST_F(ViewStatusTest, StatusMetricsAndXattrsOfAViewAgreeWithWhatWasRead) {
   for (const json& model : status["models"]) {
     if (model.value("name", "") == "qt.apr") views = model["views"];
   }
-  ASSERT_EQ(views.size(), 11u) << views.dump(2);
+  ASSERT_EQ(views.size(), 12u) << views.dump(2);
   const std::vector<std::string> names = {"apr",      "q4k",       "f16",      "int8",
                                           "int4",     "safetensors", "gguf",   "gguf-f16",
-                                          "gguf-bf16", "gguf-f32", "gguf-q8_0"};
+                                          "gguf-bf16", "gguf-f32", "gguf-q8_0", "gguf-q4_k_m"};
   for (size_t i = 0; i < names.size(); ++i) {
     EXPECT_EQ(views[i].value("view", ""), names[i]);
     EXPECT_EQ(views[i].value("file", ""), ViewFileName("qt", names[i]));

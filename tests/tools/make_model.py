@@ -468,11 +468,11 @@ def preset_qwen2_tiny(tie, shards, wdtype="BF16"):
     return Preset(tensors, config, tok, 2, values="lively")
 
 
-def preset_llama3_tiny(tie, shards, wdtype="BF16"):
+def preset_llama3_tiny(tie, shards, wdtype="BF16", h=64, inter=160, layers=2):
     """Llama-3-shaped, for the GGUF views: grouped-query attention (the Q/K row permutation
     with different head counts), llama3 RoPE scaling (the generated rope_freqs tensor), an
     untied lm_head, Llama 3's pre-tokenizer with ignore_merges and a BOS template."""
-    h, inter, layers, heads, kv, vocab = 64, 160, 2, 4, 2, 256 + 48 + 2
+    heads, kv, vocab = 4, 2, 256 + 48 + 2
     tensors = llama_tensors(h, inter, layers, heads, kv, vocab, wdtype=wdtype, tie=False)
     config = llama_config(h, inter, layers, heads, kv, vocab, False, bos=vocab - 2, eos=vocab - 1)
     config.update({"max_position_embeddings": 1024, "rope_theta": 500000.0,
@@ -504,6 +504,10 @@ PRESETS = {
     "many-shards": preset_many_shards,
     "qwen2-tiny": preset_qwen2_tiny,
     "llama3-tiny": preset_llama3_tiny,
+    # Rows of whole 256-element super-blocks and 8 layers: the Q4_K_M view's K-quants and its
+    # per-layer choices (use_more_bits), not only its block-size fallbacks.
+    "llama3-kquant": lambda tie, shards, **kw: preset_llama3_tiny(tie, shards, h=256, inter=512,
+                                                                  layers=8, **kw),
 }
 
 
