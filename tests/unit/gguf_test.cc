@@ -1,6 +1,7 @@
 // The GGUF views' pure parts: the container's bytes read back by a parser written here from
 // the spec (gguf-view.md §1), name mapping and refusals (§3.1), the LLaMA Q/K permutation
-// (§3.3a), size labels (§2.1), pre-tokenizer rules (§4.6). llama.cpp itself loads the views in
+// (§3.3a), size labels (§2.1), pre-tokenizer rules (§4.6), llama-quantize's Q4_K_M type rules
+// (§5.6). llama.cpp itself loads the views in
 // the FUSE tests (gguf_view_test.cc).
 #include <gtest/gtest.h>
 
@@ -17,6 +18,7 @@
 #include "format/error.h"
 #include "format/gguf/gguf_arch.h"
 #include "format/gguf/gguf_container.h"
+#include "format/gguf/gguf_quantize.h"
 #include "format/gguf/gguf_reader.h"
 #include "format/gguf/gguf_tensors.h"
 #include "format/gguf/gguf_vocab.h"
@@ -342,6 +344,129 @@ TEST(GgmlQuantsTest, EncodersMatchTheGgmlReferenceOnTheGoldenRows) {
       EXPECT_EQ(got, want);
     }
   }
+}
+
+// A tensor of the F16 plan: F16 (F32 for 1-D), one verbatim piece.
+GgufTensor F16Tensor(const std::string& name, std::vector<uint64_t> ne) {
+  GgufTensor t;
+  t.name = name;
+  t.ne = std::move(ne);
+  t.type = t.ne.size() == 1 ? GgmlType::kF32 : GgmlType::kF16;
+  t.pieces.push_back({0, t.bytes(), 0, 0, kVerbatim});
+  return t;
+}
+
+// A model of `layers` layers of width `width` (ffn_down rows of `ffn`), in converter order.
+GgufTensors F16Model(uint32_t layers, uint64_t width, uint64_t ffn, bool tied) {
+  GgufTensors model;
+  model.tensors.push_back(F16Tensor("token_embd.weight", {width, 1000}));
+  for (uint32_t i = 0; i < layers; ++i) {
+    const std::string p = "blk." + std::to_string(i) + ".";
+    model.tensors.push_back(F16Tensor(p + "attn_norm.weight", {width}));
+    model.tensors.push_back(F16Tensor(p + "attn_q.weight", {width, width}));
+    model.tensors.push_back(F16Tensor(p + "attn_v.weight", {width, width / 4}));
+    model.tensors.push_back(F16Tensor(p + "ffn_down.weight", {ffn, width}));
+  }
+  model.tensors.push_back(F16Tensor("output_norm.weight", {width}));
+  if (!tied) model.tensors.push_back(F16Tensor("output.weight", {width, 1000}));
+  return model;
+}
+
+std::map<std::string, std::string> TypesOf(const GgufTensors& model) {
+  std::map<std::string, std::string> types;
+  for (const GgufTensor& t : model.tensors) types[t.name] = std::string(GgmlTypeName(t.type));
+  return types;
+}
+
+// llama-quantize's Q4_K_M choices (llama-quant.cpp of the llama.cpp node-llama-cpp ships; the
+// FUSE test checks the bytes against it on small models): use_more_bits over 32 layers, the
+// tied and untied embedding, 70B attn_v, the block-size fallbacks, sizes and order.
+TEST(GgufQuantizeTest, Q4_K_MTypesFollowLlamaQuantize) {
+  GgufConfig config;
+  config.block_count = 32;
+  config.head_count = 32;
+  config.head_count_kv = 8;
+  GgufTensors model = F16Model(32, 4096, 14336, false);
+  QuantizeQ4_K_M(config, model);
+  EXPECT_EQ(model.file_type, 15u);
+  std::map<std::string, std::string> types = TypesOf(model);
+  EXPECT_EQ(types["token_embd.weight"], "Q4_K");
+  EXPECT_EQ(types["output.weight"], "Q6_K");
+  EXPECT_EQ(types["output_norm.weight"], "F32");
+  // use_more_bits(i, 32): i < 4, i >= 28, or (i - 4) % 3 == 2.
+  for (int i = 0; i < 32; ++i) {
+    const std::string p = "blk." + std::to_string(i) + ".";
+    const bool more = i < 4 || i >= 28 || (i - 4) % 3 == 2;
+    EXPECT_EQ(types[p + "attn_v.weight"], more ? "Q6_K" : "Q4_K") << i;
+    EXPECT_EQ(types[p + "ffn_down.weight"], more ? "Q6_K" : "Q4_K") << i;
+    EXPECT_EQ(types[p + "attn_q.weight"], "Q4_K");
+    EXPECT_EQ(types[p + "attn_norm.weight"], "F32");
+  }
+  // Sorted by layer (numerically), then name; the others first.
+  EXPECT_EQ(model.tensors[0].name, "output.weight");
+  EXPECT_EQ(model.tensors[1].name, "output_norm.weight");
+  EXPECT_EQ(model.tensors[2].name, "token_embd.weight");
+  EXPECT_EQ(model.tensors[3].name, "blk.0.attn_norm.weight");
+  EXPECT_EQ(model.tensors[7].name, "blk.1.attn_norm.weight");
+  EXPECT_EQ(model.tensors.back().name, "blk.31.ffn_down.weight");
+  // Every re-encoded piece: its new size, one codec reading the same source run.
+  for (const GgufTensor& t : model.tensors) {
+    ASSERT_EQ(t.pieces.size(), 1u) << t.name;
+    EXPECT_EQ(t.pieces[0].length, t.bytes()) << t.name;
+    if (t.type == GgmlType::kF32) continue;
+    const TensorCodec& codec = model.codecs.at(t.pieces[0].codec);
+    EXPECT_EQ(codec.from, SourceDtype::kF16) << t.name;
+    EXPECT_EQ(codec.cols, t.elements()) << t.name;
+    EXPECT_EQ(EncodedSize(codec), t.bytes()) << t.name;
+  }
+
+  // Tied: the embedding is the output, Q6_K. Qwen2-0.5B's 896-wide rows: Q5_0 and Q8_0.
+  GgufTensors narrow = F16Model(24, 896, 4864, true);
+  config.block_count = 24;
+  QuantizeQ4_K_M(config, narrow);
+  types = TypesOf(narrow);
+  EXPECT_EQ(types["token_embd.weight"], "Q8_0");
+  EXPECT_EQ(types["blk.0.attn_q.weight"], "Q5_0");
+  EXPECT_EQ(types["blk.0.attn_v.weight"], "Q8_0");  // Q6_K falls back to Q8_0
+  EXPECT_EQ(types["blk.0.ffn_down.weight"], "Q6_K");  // 4864 = 19 x 256
+  EXPECT_EQ(types["blk.1.ffn_down.weight"], "Q6_K");
+  EXPECT_EQ(types["blk.4.ffn_down.weight"], "Q4_K");
+  GgufTensors wide = F16Model(2, 256, 512, true);
+  config.block_count = 2;
+  QuantizeQ4_K_M(config, wide);
+  EXPECT_EQ(TypesOf(wide)["token_embd.weight"], "Q6_K");
+  GgufTensors odd = F16Model(2, 80, 160, false);  // rows of 80: not whole Q8_0 blocks
+  QuantizeQ4_K_M(config, odd);
+  EXPECT_EQ(TypesOf(odd)["blk.0.attn_q.weight"], "F16");
+  EXPECT_EQ(TypesOf(odd)["output.weight"], "F16");
+
+  // A 70B LLaMA (80 layers, grouped-query): the attn_v that use_more_bits skips are Q5_K.
+  GgufTensors big = F16Model(80, 8192, 28672, false);
+  config.block_count = 80;
+  config.head_count = 64;
+  config.head_count_kv = 8;
+  QuantizeQ4_K_M(config, big);
+  types = TypesOf(big);
+  EXPECT_EQ(types["blk.0.attn_v.weight"], "Q6_K");
+  EXPECT_EQ(types["blk.10.attn_v.weight"], "Q5_K");
+  EXPECT_EQ(types["blk.10.ffn_down.weight"], "Q4_K");
+}
+
+// llama-quantize sets general.quantization_version and general.file_type again: they move to
+// the end of the KVs.
+TEST(GgufQuantizeTest, QuantizeKeysMoveToTheEnd) {
+  GgufMetadata kv;
+  kv.String("general.architecture", "llama");
+  kv.U32("general.file_type", 1);
+  kv.U32("general.quantization_version", 2);
+  kv.String("tokenizer.ggml.model", "gpt2");
+  ResetQuantizeKeys(15, kv);
+  GgufMetadata want;
+  want.String("general.architecture", "llama");
+  want.String("tokenizer.ggml.model", "gpt2");
+  want.U32("general.quantization_version", 2);
+  want.U32("general.file_type", 15);
+  EXPECT_EQ(kv.Encode(), want.Encode());
 }
 
 }  // namespace
