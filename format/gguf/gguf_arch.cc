@@ -1,5 +1,6 @@
 #include "format/gguf/gguf_arch.h"
 
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <initializer_list>
@@ -56,7 +57,64 @@ void ApplyDefaults(GgufArch arch, nlohmann::json& json) {
       fill("num_key_value_heads", 32);
       if (arch == GgufArch::kQwen3) fill("head_dim", 128);  // Qwen2Config has none
       break;
+    case GgufArch::kPhi3:
+      fill("max_position_embeddings", 4096);
+      fill("original_max_position_embeddings", 4096);
+      fill("rms_norm_eps", 1e-5);
+      fill("rope_theta", 10000.0);
+      if (json.contains("num_attention_heads")) fill("num_key_value_heads", json["num_attention_heads"]);
+      break;
   }
+}
+
+// Phi-3 with long-context factors: the attention factor of its scaled RoPE (§2.7), which the
+// converter adds while it generates the factor tensors, before the other keys.
+void AddPhi3AttnFactor(const GgufConfig& config, GgufMetadata& kv) {
+  const nlohmann::json rope = RopeParameters(config.json);
+  const nlohmann::json* factors = First(rope, {"long_factor"});
+  if (!factors || (factors->is_array() && factors->empty())) return;
+  const double positions = First(config.json, {"n_positions", "max_position_embeddings"})->get<double>();
+  const nlohmann::json* original = First(rope, {"original_max_position_embeddings"});
+  if (!original || !original->is_number() || original->get<double>() <= 0) {
+    throw FormatError("config.json: original_max_position_embeddings is missing: the converter needs it");
+  }
+  const double scale = positions / original->get<double>();
+  double factor = 1.0;
+  if (config.rope_type == "su" || config.rope_type == "longrope") {
+    if (scale > 1.0) factor = std::sqrt(1 + std::log(scale) / std::log(original->get<double>()));
+  } else if (config.rope_type == "yarn") {
+    if (scale > 1.0) factor = 0.1 * std::log(scale) + 1.0;
+  } else {
+    throw FormatError("config.json: rope_scaling type " + Quote(config.rope_type) +
+                      " with long_factor: the converter supports longrope, su and yarn");
+  }
+  kv.F32("phi3.rope.scaling.attn_factor", static_cast<float>(factor));
+}
+
+// Phi-3's keys (§2.7): its converter writes its own list, not the generic one.
+void AddPhi3Keys(const GgufConfig& config, uint32_t file_type, GgufMetadata& kv) {
+  const nlohmann::json& json = config.json;
+  const nlohmann::json rope = RopeParameters(json);
+  const std::string file = "config.json";
+  auto count = [&](const nlohmann::json& j, std::initializer_list<const char*> keys) {
+    std::optional<uint64_t> n = Count(j, keys, file);
+    if (!n) throw FormatError(file + ": " + *keys.begin() + " is missing: the converter needs it");
+    return static_cast<uint32_t>(*n);
+  };
+  kv.U32("phi3.context_length", count(json, {"n_positions", "max_position_embeddings"}));
+  kv.U32("phi3.rope.scaling.original_context_length",
+         count(rope, {"original_max_position_embeddings"}));
+  kv.U32("phi3.embedding_length", config.embedding_length);
+  kv.U32("phi3.feed_forward_length", count(json, {"intermediate_size"}));
+  kv.U32("phi3.block_count", config.block_count);
+  kv.U32("phi3.attention.head_count", config.head_count);
+  kv.U32("phi3.attention.head_count_kv", config.head_count_kv);
+  kv.F32("phi3.attention.layer_norm_rms_epsilon", Number(json, {"rms_norm_eps"}).value_or(1e-5f));
+  kv.U32("phi3.rope.dimension_count", config.rope_dims);
+  kv.F32("phi3.rope.freq_base", Number(rope, {"rope_theta"}).value_or(10000.0f));
+  kv.U32("general.file_type", file_type);
+  // A null sliding_window (Phi-4) is written as 0.
+  kv.U32("phi3.attention.sliding_window", static_cast<uint32_t>(Count(json, {"sliding_window"}, file).value_or(0)));
 }
 
 }  // namespace
@@ -83,10 +141,13 @@ GgufConfig ParseGgufConfig(const std::string& text, const std::string& file) {
   } else if (hf_arch == "Qwen3ForCausalLM" || hf_arch == "Qwen3Model") {
     config.arch = GgufArch::kQwen3;
     config.arch_name = "qwen3";
+  } else if (hf_arch == "Phi3ForCausalLM") {
+    config.arch = GgufArch::kPhi3;
+    config.arch_name = "phi3";
   } else {
     throw FormatError(file + ": architecture " + (hf_arch.empty() ? "(none)" : Quote(hf_arch)) +
                       " has no GGUF mapping in aprfs (mapped: LlamaForCausalLM, "
-                      "MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)");
+                      "MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM)");
   }
   ApplyDefaults(config.arch, json);
   auto required = [&](std::initializer_list<const char*> keys) -> uint32_t {
@@ -106,16 +167,58 @@ GgufConfig ParseGgufConfig(const std::string& text, const std::string& file) {
   if (std::optional<uint64_t> vocab = Count(json, {"vocab_size"}, file)) {
     config.vocab_size = static_cast<uint32_t>(*vocab);
   }
-  const nlohmann::json* rope = First(json, {"rope_parameters", "rope_scaling"});
-  if (rope && rope->is_object()) {
-    const nlohmann::json* type = First(*rope, {"rope_type", "type"});
-    if (type && type->is_string()) {
-      for (char c : type->get<std::string>()) config.rope_type += static_cast<char>(std::tolower(c));
-    }
+  const nlohmann::json rope = RopeParameters(json);
+  const nlohmann::json* type = First(rope, {"rope_type", "type"});
+  if (type && type->is_string()) {
+    for (char c : type->get<std::string>()) config.rope_type += static_cast<char>(std::tolower(c));
+  }
+  config.rope_dims = config.head_dim;
+  if (config.arch == GgufArch::kPhi3) {  // int(factor * hidden) // heads, as the converter
+    const double factor = Number(rope, {"partial_rotary_factor"}).value_or(1.0f);
+    config.rope_dims = static_cast<uint32_t>(
+        static_cast<uint64_t>(factor * config.embedding_length) / config.head_count);
   }
   config.json = std::move(json);
   return config;
 }
+
+nlohmann::json RopeParameters(const nlohmann::json& config) {
+  const nlohmann::json* given = First(config, {"rope_parameters", "rope_scaling"});
+  nlohmann::json rope = given && given->is_object() ? *given : nlohmann::json::object();
+  if (rope.contains("full_attention") || rope.contains("sliding_attention")) return rope;
+  auto mirror = [&](const char* key, const nlohmann::json* value) {
+    if (!rope.contains(key) && value) rope[key] = *value;
+  };
+  mirror("rope_theta", First(config, {"global_rope_theta", "rope_global_theta", "rope_theta_global",
+                                      "rope_theta", "rotary_emb_base"}));
+  if (!rope.contains("rope_type") && rope.contains("type")) rope["rope_type"] = rope["type"];
+  mirror("partial_rotary_factor", First(config, {"partial_rotary_factor", "rope_pct", "rope_percent"}));
+  mirror("original_max_position_embeddings", First(config, {"original_max_position_embeddings"}));
+  return rope;
+}
+
+// general.name as llama.cpp can load it: a name containing "phi3" or "phi-3" (in any case)
+// switches on Phi-3's SentencePiece token handling, which aborts on the GPT-2 style
+// vocabularies the views write (gguf-view.md §10); such a name is written with "phi_3".
+std::string LoadableGeneralName(const std::string& name) {
+  std::string out = name;
+  for (const std::string needle : {"phi-3", "phi3"}) {
+    for (size_t at = 0; at + needle.size() <= out.size();) {
+      bool match = true;
+      for (size_t i = 0; i < needle.size() && match; ++i) {
+        match = std::tolower(static_cast<unsigned char>(out[at + i])) == needle[i];
+      }
+      if (!match) {
+        ++at;
+        continue;
+      }
+      out.replace(at + 3, needle.size() - 3, "_3");
+      at += 5;
+    }
+  }
+  return out;
+}
+
 
 std::string SizeLabel(uint64_t total_params) {
   const double total = static_cast<double>(total_params);
@@ -140,9 +243,15 @@ void AddArchitectureKeys(const GgufConfig& config, const std::string& model_name
   const std::string& a = config.arch_name;
   const nlohmann::json& json = config.json;
   kv.String("general.architecture", a);
+  if (config.arch == GgufArch::kPhi3) AddPhi3AttnFactor(config, kv);  // before general.type
   kv.String("general.type", "model");
   kv.String("general.name", model_name);
   kv.String("general.size_label", SizeLabel(total_params));
+  if (config.arch == GgufArch::kPhi3) {
+    AddPhi3Keys(config, file_type, kv);
+    kv.U32("general.quantization_version", 2);
+    return;
+  }
 
   kv.U32(a + ".block_count", config.block_count);
   const std::string file = "config.json";

@@ -35,6 +35,13 @@ bool Skipped(GgufArch arch, const std::string& name) {
     }
     return false;
   }
+  if (arch == GgufArch::kPhi3) {
+    for (const char* prefix : {"model.vision_tower.", "vision_tower.", "model.mm_projector.",
+                               "mm_projector."}) {
+      if (StartsWith(name, prefix)) return true;
+    }
+    return false;
+  }
   for (const char* prefix : {"mlp", "multi_modal_projector", "vision_model", "audio_tower",
                              "model.vision_tower", "model.multi_modal_projector", "vision_tower."}) {
     if (StartsWith(name, prefix)) return true;
@@ -51,8 +58,19 @@ const std::map<std::string, std::string>& LayerStems() {
       {"self_attn.k_norm", "attn_k_norm"},     {"post_attention_layernorm", "ffn_norm"},
       {"mlp.gate_proj", "ffn_gate"},           {"mlp.up_proj", "ffn_up"},
       {"mlp.down_proj", "ffn_down"},
+      // Phi-3's fused projections, copied as they are (§3.3d).
+      {"self_attn.qkv_proj", "attn_qkv"},      {"mlp.gate_up_proj", "ffn_up"},
   };
   return stems;
+}
+
+// Whether the architecture's tensor map has the stem: Qwen3 alone has q/k norms, Phi-3 alone
+// the fused projections (and no separate gate).
+bool ArchHasStem(GgufArch arch, const std::string& hf_stem) {
+  const bool fused = hf_stem == "self_attn.qkv_proj" || hf_stem == "mlp.gate_up_proj";
+  if (arch == GgufArch::kPhi3) return hf_stem != "mlp.gate_proj" && !EndsWith(hf_stem, "_norm");
+  if (fused) return false;
+  return arch == GgufArch::kQwen3 || !EndsWith(hf_stem, "_norm");
 }
 
 // Source dtypes (the first three) and output types.
@@ -133,6 +151,37 @@ std::string Llama3RopeFreqs(const GgufConfig& config) {
   return bytes;
 }
 
+// Phi-3's long-context RoPE factors (§3.3f): rope_factors_long and _short, F32 copies of
+// rope_scaling's long_factor and short_factor, when it has them.
+std::vector<GgufTensor> Phi3RopeFactors(const GgufConfig& config) {
+  const nlohmann::json rope = RopeParameters(config.json);
+  if (!rope.contains("long_factor") || rope["long_factor"].is_null() ||
+      (rope["long_factor"].is_array() && rope["long_factor"].empty())) {
+    return {};
+  }
+  std::vector<GgufTensor> out;
+  for (const char* key : {"long_factor", "short_factor"}) {
+    const nlohmann::json& factors = rope.value(key, nlohmann::json());
+    if (!factors.is_array() || factors.size() * 2 != config.rope_dims) {
+      throw FormatError("config.json: rope_scaling." + std::string(key) + " must hold " +
+                        std::to_string(config.rope_dims / 2) + " numbers (rope dimensions / 2)");
+    }
+    GgufTensor t;
+    t.name = std::string("rope_factors_") + (key[0] == 'l' ? "long" : "short") + ".weight";
+    t.ne = {factors.size()};
+    t.type = GgmlType::kF32;
+    for (const nlohmann::json& f : factors) {
+      if (!f.is_number()) throw FormatError("config.json: rope_scaling." + std::string(key) + " holds " + f.dump());
+      const float value = static_cast<float>(f.get<double>());
+      char raw[4];
+      std::memcpy(raw, &value, 4);
+      t.inline_bytes.append(raw, 4);
+    }
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
 }  // namespace
 
 uint64_t LlamaPermutedRow(uint64_t row, uint64_t rows, uint64_t heads) {
@@ -167,9 +216,7 @@ std::optional<std::string> GgufTensorName(const GgufConfig& config, const std::s
     if (dot != std::string::npos && !index.empty() &&
         index.find_first_not_of("0123456789") == std::string::npos) {
       auto stem = LayerStems().find(name.substr(dot + 1));
-      const bool norms_ok = config.arch == GgufArch::kQwen3 ||
-                            (stem != LayerStems().end() && !EndsWith(stem->first, "_norm"));
-      if (stem != LayerStems().end() && norms_ok) {
+      if (stem != LayerStems().end() && ArchHasStem(config.arch, stem->first)) {
         return "blk." + index + "." + stem->second + suffix;
       }
     }
@@ -219,6 +266,10 @@ GgufTensors PlanGgufTensors(const ShardSet& set, const GgufConfig& config, GgufO
     freqs.type = GgmlType::kF32;
     freqs.inline_bytes = Llama3RopeFreqs(config);
     out.tensors.push_back(std::move(freqs));
+  }
+
+  if (config.arch == GgufArch::kPhi3) {
+    for (GgufTensor& factors : Phi3RopeFactors(config)) out.tensors.push_back(std::move(factors));
   }
 
   for (const Source& s : order) {

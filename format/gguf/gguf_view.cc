@@ -18,7 +18,7 @@ FilePlan PlanGgufView(const ShardSet& set, const ModelTexts& texts, GgufOuttype 
     throw FormatError("model.embed_tokens.weight: missing or not 2-D: llama.cpp needs it");
   }
   GgufMetadata kv;
-  AddArchitectureKeys(config, set.name, tensors.file_type, tensors.total_params, kv);
+  AddArchitectureKeys(config, LoadableGeneralName(set.name), tensors.file_type, tensors.total_params, kv);
   AddTokenizerKeys(config, texts, tensors.token_rows, kv);
   if (quantize) ResetQuantizeKeys(tensors.file_type, kv);
   return BuildGgufPlan(kv, tensors.tensors, std::move(tensors.codecs));

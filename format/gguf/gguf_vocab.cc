@@ -89,8 +89,22 @@ PreTokenizer ClassifyPreTokenizer(const nlohmann::json& tokenizer) {
 
 void AddTokenizerKeys(const GgufConfig& config, const ModelTexts& texts, uint64_t token_rows,
                       GgufMetadata& kv) {
-  if (texts.count("tokenizer.model")) {
+  if (config.arch != GgufArch::kPhi3 && texts.count("tokenizer.model")) {
     throw FormatError("tokenizer.model: SentencePiece tokenizers have no GGUF view in aprfs yet");
+  }
+  if (config.arch == GgufArch::kPhi3) {
+    // The converter reads a Phi-3 vocabulary as GPT-2 BPE only when tokenizer_config.json says
+    // so (Phi-4); else with SentencePiece from tokenizer.model (Phi-3).
+    const nlohmann::json tokenizer_config = ParseJsonFile(texts, "tokenizer_config.json");
+    const std::string cls = tokenizer_config.is_object() && tokenizer_config.contains("tokenizer_class") &&
+                                    tokenizer_config["tokenizer_class"].is_string()
+                                ? tokenizer_config["tokenizer_class"].get<std::string>()
+                                : std::string("(none)");
+    if (cls != "GPT2Tokenizer") {
+      throw FormatError("tokenizer_config.json: tokenizer_class " + cls + ": the converter reads "
+                        "this Phi-3 vocabulary with SentencePiece (tokenizer.model), which has no "
+                        "GGUF view in aprfs yet");
+    }
   }
   const nlohmann::json tokenizer = ParseJsonFile(texts, "tokenizer.json");
   if (tokenizer.is_null()) throw FormatError("tokenizer.json: missing: llama.cpp needs the vocabulary");

@@ -125,7 +125,8 @@ TEST_P(GgufViewTest, LlamaCppLoadsEveryOuttypeAndItsLogitsMatchTheReference) {
 INSTANTIATE_TEST_SUITE_P(
     GgufModels, GgufViewTest,
     ::testing::Values(GgufCase{"qwen2", "qwen2-tiny", "qwen2", 26},
-                      GgufCase{"llama3", "llama3-tiny", "llama", 22}),
+                      GgufCase{"llama3", "llama3-tiny", "llama", 22},
+                      GgufCase{"phi3", "phi3-tiny", "phi3", 15}),
     [](const auto& info) { return info.param.name; });
 
 // The GGUF file at `path`, as our reader (llama.cpp's rules) sees it, and its bytes.
@@ -141,7 +142,7 @@ class GgufQuantizeTest : public GgufViewTest {};
 
 // NAME.Q4_K_M.gguf is what llama.cpp's own llama-quantize (node-llama-cpp's libllama, through
 // tests/tools/llama_quantize.py) makes of NAME.F16.gguf: the same KVs, tensor types and bytes
-// (Qwen2: Q5_0 and Q8_0 fallbacks, a tied Q8_0 embedding; Llama 3 with rows of whole
+// (Qwen2 and Phi-3: Q5_0 and Q8_0 fallbacks, Qwen2's tied Q8_0 embedding; Llama 3 with rows of whole
 // super-blocks over 8 layers: Q4_K, and Q6_K where use_more_bits picks). Byte for byte the same
 // file, except that llama3's generated rope_freqs stays first (llama-quantize sorts it after
 // output_norm): llama.cpp's logits must then be identical.
@@ -176,7 +177,7 @@ TEST_P(GgufQuantizeTest, Q4_K_MIsWhatLlamaQuantizeMakesOfTheF16View) {
         << "the tensor's bytes differ from llama-quantize's";
     types.insert(t.type);
   }
-  if (c.architecture == "qwen2") {
+  if (c.architecture != "llama") {
     EXPECT_TRUE(got == want) << "not byte for byte llama-quantize's file";
     EXPECT_EQ(types, (std::set<uint32_t>{0, 6, 8}));  // F32, Q5_0, Q8_0
   } else {
@@ -201,21 +202,30 @@ TEST_P(GgufQuantizeTest, Q4_K_MIsWhatLlamaQuantizeMakesOfTheF16View) {
 INSTANTIATE_TEST_SUITE_P(
     GgufModels, GgufQuantizeTest,
     ::testing::Values(GgufCase{"qwen2", "qwen2-tiny", "qwen2", 26},
-                      GgufCase{"llama3", "llama3-kquant", "llama", 76}),
+                      GgufCase{"llama3", "llama3-kquant", "llama", 76},
+                      GgufCase{"phi3", "phi3-tiny", "phi3", 15}),
     [](const auto& info) { return info.param.name; });
 
 class GgufListingTest : public ViewTest {};
 
-// Listed on request; a model whose architecture has no GGUF mapping has no GGUF view, and ls
-// and the log say why.
+// Listed on request; a model whose architecture has no GGUF mapping has no GGUF view, nor has a
+// Phi-3 whose vocabulary the converter would read with SentencePiece (no tokenizer_config.json
+// naming GPT2Tokenizer), and ls and the log say why.
 TEST_F(GgufListingTest, ListedOnRequestAndRefusedWithTheReasonWhereUnmapped) {
   ASSERT_NO_FATAL_FAILURE(MakeModel("q", {"--preset", "qwen2-tiny"}));
+  ASSERT_NO_FATAL_FAILURE(MakeModel("neox", {"--preset", "qwen2-tiny", "--seed", "7"}));
   ASSERT_NO_FATAL_FAILURE(MakeModel("phi", {"--preset", "phi4", "--sparse"}));
+  const std::string config = models_dir() + "/neox/config.json";
+  std::string text, error;
+  ASSERT_TRUE(ReadWholeFile(config, &text, &error)) << error;
+  const size_t at = text.find("Qwen2ForCausalLM");
+  ASSERT_NE(at, std::string::npos);
+  tw::WriteFile(config, text.replace(at, 16, "GPTNeoXForCausalLM"));
   ASSERT_NO_FATAL_FAILURE(MountViews({"--views", "gguf,gguf-f16,apr"}));
-  EXPECT_EQ(ListDir(mountpoint()),
-            (std::vector<std::string>{"phi.apr", "q.F16.gguf", "q.apr", "q.gguf"}));
-  for (const char* name :
-       {"phi.gguf", "phi.F16.gguf", "q.Q4_0.gguf", "q.f16.gguf", "q.F16.apr"}) {
+  EXPECT_EQ(ListDir(mountpoint()), (std::vector<std::string>{"neox.apr", "phi.apr", "q.F16.gguf",
+                                                             "q.apr", "q.gguf"}));
+  for (const char* name : {"neox.gguf", "phi.gguf", "phi.F16.gguf", "q.Q4_0.gguf", "q.f16.gguf",
+                           "q.F16.apr"}) {
     struct stat st;
     errno = 0;
     EXPECT_NE(stat(MP(name).c_str(), &st), 0) << name << " resolves";
@@ -223,15 +233,20 @@ TEST_F(GgufListingTest, ListedOnRequestAndRefusedWithTheReasonWhereUnmapped) {
   }
   struct stat unlisted;
   EXPECT_EQ(stat(MP("q.Q4_K_M.gguf").c_str(), &unlisted), 0) << "an unlisted view resolves";
-  EXPECT_NE(Log().find("phi.gguf: not offered: config.json: architecture 'Phi3ForCausalLM' has "
-                       "no GGUF mapping"),
-            std::string::npos)
-      << Log();
+  const std::string unmapped = "neox.gguf: not offered: config.json: architecture "
+                               "'GPTNeoXForCausalLM' has no GGUF mapping";
+  const std::string sentencepiece = "phi.gguf: not offered: tokenizer_config.json: tokenizer_class "
+                                    "(none): the converter reads this Phi-3 vocabulary with "
+                                    "SentencePiece";
+  EXPECT_NE(Log().find(unmapped), std::string::npos) << Log();
+  EXPECT_NE(Log().find(sentencepiece), std::string::npos) << Log();
   ProcResult ls = RunAprfs({"ls", "--no-hf-cache", "--source", models_dir(), "--cache-dir",
                             CacheDir()});
   EXPECT_EQ(ls.exit_code, 0) << ls.Describe();
-  EXPECT_NE(ls.out.find("phi.gguf"), std::string::npos) << ls.out;
-  EXPECT_NE(ls.out.find("not offered: config.json: architecture 'Phi3ForCausalLM'"),
+  EXPECT_NE(ls.out.find("not offered: config.json: architecture 'GPTNeoXForCausalLM'"),
+            std::string::npos)
+      << ls.out;
+  EXPECT_NE(ls.out.find("not offered: tokenizer_config.json: tokenizer_class (none)"),
             std::string::npos)
       << ls.out;
 }

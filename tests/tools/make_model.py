@@ -64,8 +64,10 @@ class Preset:
     """A model: tensors in state-dict (layer) order, config.json, tokenizer recipe."""
 
     def __init__(self, tensors, config, tokenizer, default_shards,
-                 shard_pattern="model-%05d-of-%05d.safetensors", values="random-bits"):
+                 shard_pattern="model-%05d-of-%05d.safetensors", values="random-bits",
+                 tokenizer_config=None):
         self.tensors = tensors
+        self.tokenizer_config = tokenizer_config  # written beside tokenizer.json when given
         self.config = config
         self.tokenizer = tokenizer  # dict of make_tokenizer() keyword arguments
         self.default_shards = default_shards
@@ -485,6 +487,43 @@ def preset_llama3_tiny(tie, shards, wdtype="BF16", h=64, inter=160, layers=2):
     return Preset(tensors, config, tok, 2, values="lively")
 
 
+def preset_phi3_tiny(tie, shards, wdtype="BF16"):
+    """Phi-4-shaped, for the GGUF views: fused qkv_proj and gate_up_proj (copied as they are),
+    no sliding window, an untied lm_head, and a GPT-2 style tokenizer as Phi-4's
+    (tokenizer_config.json names GPT2Tokenizer; cl100k's Split regex with merges not ignored:
+    llama.cpp's "dbrx")."""
+    h, inter, layers, heads, kv = 64, 160, 2, 4, 2
+    head_dim = h // heads
+    n_tokens, vocab = 256 + 48 + 3, 320
+    tensors = [Tensor("model.embed_tokens.weight", wdtype, [vocab, h])]
+    for i in range(layers):
+        p = "model.layers.%d." % i
+        tensors += [
+            Tensor(p + "self_attn.o_proj.weight", wdtype, [h, h]),
+            Tensor(p + "self_attn.qkv_proj.weight", wdtype, [(heads + 2 * kv) * head_dim, h]),
+            Tensor(p + "mlp.gate_up_proj.weight", wdtype, [2 * inter, h]),
+            Tensor(p + "mlp.down_proj.weight", wdtype, [h, inter]),
+            Tensor(p + "input_layernorm.weight", wdtype, [h]),
+            Tensor(p + "post_attention_layernorm.weight", wdtype, [h]),
+        ]
+    tensors += [Tensor("model.norm.weight", wdtype, [h]), Tensor("lm_head.weight", wdtype, [vocab, h])]
+    config = {
+        "architectures": ["Phi3ForCausalLM"], "model_type": "phi3", "hidden_size": h,
+        "intermediate_size": inter, "num_hidden_layers": layers, "num_attention_heads": heads,
+        "num_key_value_heads": kv, "max_position_embeddings": 512,
+        "original_max_position_embeddings": 512, "rms_norm_eps": 1e-05, "rope_theta": 250000,
+        "rope_scaling": None, "sliding_window": None, "tie_word_embeddings": False,
+        "vocab_size": vocab, "bos_token_id": n_tokens - 3, "eos_token_id": n_tokens - 2,
+        "hidden_act": "silu", "torch_dtype": "bfloat16",
+    }
+    tok = dict(vocab_size=n_tokens, n_merges=48,
+               specials=["<|endoftext|>", "<|im_start|>", "<|im_end|>"], split_regex=LLAMA3_REGEX)
+    tokenizer_config = {"tokenizer_class": "GPT2Tokenizer", "add_bos_token": False,
+                        "add_eos_token": False, "bos_token": "<|endoftext|>",
+                        "eos_token": "<|endoftext|>"}
+    return Preset(tensors, config, tok, 2, values="lively", tokenizer_config=tokenizer_config)
+
+
 # Presets whose layer count --layers may change.
 LAYERED_PRESETS = ("bench-dense", "deepseek-v3")
 # Presets whose projection/embedding dtype --weights-dtype may change.
@@ -504,6 +543,7 @@ PRESETS = {
     "many-shards": preset_many_shards,
     "qwen2-tiny": preset_qwen2_tiny,
     "llama3-tiny": preset_llama3_tiny,
+    "phi3-tiny": preset_phi3_tiny,
     # Rows of whole 256-element super-blocks and 8 layers: the Q4_K_M view's K-quants and its
     # per-layer choices (use_more_bits), not only its block-size fallbacks.
     "llama3-kquant": lambda tie, shards, **kw: preset_llama3_tiny(tie, shards, h=256, inter=512,
@@ -1170,6 +1210,9 @@ def generate(args):
         tok = make_tokenizer(seed=args.seed, **preset.tokenizer)
         target.write_bytes("tokenizer.json", json_file_bytes(tok, sort_keys=False))
         files.append("tokenizer.json")
+        if preset.tokenizer_config is not None:
+            target.write_bytes("tokenizer_config.json", json_file_bytes(preset.tokenizer_config))
+            files.append("tokenizer_config.json")
 
     summary = target.finish()
     summary.update({

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""Reference forward pass of a small LLaMA-family or Qwen2/Qwen3 safetensors model, in plain
+"""Reference forward pass of a small LLaMA-family, Qwen2/Qwen3 or Phi-3 safetensors model, in plain
 Python (no numpy, no torch), for the GGUF view tests: the logits llama.cpp computes from a
 mounted .gguf must match these, computed from the shards as transformers defines the model
 (rotate-half RoPE on the unpermuted Q/K weights, llama3 frequency scaling, grouped-query
-attention, SwiGLU, RMSNorm, q/k/v biases, Qwen3's q/k norms, tied embeddings).
+attention, SwiGLU, RMSNorm, q/k/v biases, Qwen3's q/k norms, Phi-3's fused projections, tied
+embeddings).
 
 Written from the model definitions, sharing no code with aprfs. Slow: for models of a few
 hundred thousand parameters only.
@@ -123,7 +124,12 @@ def main():
     xs = [list(embed[tok]) for tok in tokens]
     for layer in range(config["num_hidden_layers"]):
         p = "model.layers.%d." % layer
-        wq, wk, wv = rows(t[p + "self_attn.q_proj.weight"]), rows(t[p + "self_attn.k_proj.weight"]), rows(t[p + "self_attn.v_proj.weight"])
+        if p + "self_attn.qkv_proj.weight" in t:  # Phi-3: Q, K, V rows in one matrix
+            qkv = rows(t[p + "self_attn.qkv_proj.weight"])
+            wq, wk, wv = (qkv[:heads * head_dim], qkv[heads * head_dim:(heads + kv_heads) * head_dim],
+                          qkv[(heads + kv_heads) * head_dim:])
+        else:
+            wq, wk, wv = rows(t[p + "self_attn.q_proj.weight"]), rows(t[p + "self_attn.k_proj.weight"]), rows(t[p + "self_attn.v_proj.weight"])
         wo = rows(t[p + "self_attn.o_proj.weight"])
         keys, values, queries = [], [], []
         normed = [rms_norm(x, get(p + "input_layernorm.weight"), eps) for x in xs]
@@ -155,7 +161,12 @@ def main():
                         out[d] += w / total * values[j][kvh][d]
                 attended += out
             xs[pos] = [a + b for a, b in zip(xs[pos], matvec(wo, attended))]
-        wg, wu, wd = rows(t[p + "mlp.gate_proj.weight"]), rows(t[p + "mlp.up_proj.weight"]), rows(t[p + "mlp.down_proj.weight"])
+        if p + "mlp.gate_up_proj.weight" in t:  # Phi-3: gate rows, then up rows (chunk(2))
+            gate_up = rows(t[p + "mlp.gate_up_proj.weight"])
+            wg, wu = gate_up[:len(gate_up) // 2], gate_up[len(gate_up) // 2:]
+        else:
+            wg, wu = rows(t[p + "mlp.gate_proj.weight"]), rows(t[p + "mlp.up_proj.weight"])
+        wd = rows(t[p + "mlp.down_proj.weight"])
         for pos in range(len(xs)):
             h = rms_norm(xs[pos], get(p + "post_attention_layernorm.weight"), eps)
             gate, up = matvec(wg, h), matvec(wu, h)

@@ -5,6 +5,7 @@
 // the FUSE tests (gguf_view_test.cc).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -270,7 +271,75 @@ TEST(GgufTensorsTest, NamesMapDropOrRefuseAsTheConverterDoes) {
   const GgufConfig qwen3 = Config("Qwen3ForCausalLM");
   EXPECT_EQ(GgufTensorName(qwen3, "model.layers.1.self_attn.q_norm.weight"), "blk.1.attn_q_norm.weight");
   EXPECT_EQ(qwen3.head_dim, 128u) << "Qwen3Config's default head_dim";
-  EXPECT_THROW(Config("Phi3ForCausalLM"), FormatError);
+  const GgufConfig phi3 = Config("Phi3ForCausalLM");
+  EXPECT_EQ(GgufTensorName(phi3, "model.layers.2.self_attn.qkv_proj.weight"), "blk.2.attn_qkv.weight");
+  EXPECT_EQ(GgufTensorName(phi3, "model.layers.2.mlp.gate_up_proj.weight"), "blk.2.ffn_up.weight");
+  EXPECT_EQ(GgufTensorName(phi3, "model.vision_tower.x.weight"), std::nullopt);
+  EXPECT_THROW(GgufTensorName(phi3, "model.layers.0.mlp.gate_proj.weight"), FormatError)
+      << "Phi-3's tensor map has no separate gate";
+  EXPECT_THROW(GgufTensorName(llama, "model.layers.0.self_attn.qkv_proj.weight"), FormatError);
+  EXPECT_THROW(Config("GPTNeoXForCausalLM"), FormatError);
+}
+
+// Phi-3's own key list (§2.7): partial rotary dimensions, a null sliding window written as 0,
+// and for a long-context model the attention factor right after general.architecture and the
+// RoPE factor tensors.
+TEST(GgufArchTest, Phi3KeysAsItsConverterWritesThem) {
+  nlohmann::json json = {{"architectures", {"Phi3ForCausalLM"}}, {"hidden_size", 3072},
+                         {"intermediate_size", 8192}, {"num_hidden_layers", 32},
+                         {"num_attention_heads", 24}, {"num_key_value_heads", 8},
+                         {"partial_rotary_factor", 0.75}, {"max_position_embeddings", 131072},
+                         {"original_max_position_embeddings", 4096}, {"sliding_window", nullptr},
+                         {"vocab_size", 200064}};
+  std::vector<float> factors(48, 1.5f);
+  json["rope_scaling"] = {{"type", "longrope"}, {"long_factor", factors}, {"short_factor", factors}};
+  const GgufConfig config = ParseGgufConfig(json.dump(), "config.json");
+  EXPECT_EQ(config.rope_dims, 96u);  // int(0.75 * 3072) / 24
+  GgufMetadata kv;
+  AddArchitectureKeys(config, "phi-4-mini", 1, 3'800'000'000, kv);
+  GgufMetadata want;
+  want.String("general.architecture", "phi3");
+  want.F32("phi3.rope.scaling.attn_factor", static_cast<float>(std::sqrt(1 + std::log(32.0) / std::log(4096.0))));
+  want.String("general.type", "model");
+  want.String("general.name", "phi-4-mini");
+  want.String("general.size_label", "3.8B");
+  want.U32("phi3.context_length", 131072);
+  want.U32("phi3.rope.scaling.original_context_length", 4096);
+  want.U32("phi3.embedding_length", 3072);
+  want.U32("phi3.feed_forward_length", 8192);
+  want.U32("phi3.block_count", 32);
+  want.U32("phi3.attention.head_count", 24);
+  want.U32("phi3.attention.head_count_kv", 8);
+  want.F32("phi3.attention.layer_norm_rms_epsilon", 1e-5f);
+  want.U32("phi3.rope.dimension_count", 96);
+  want.F32("phi3.rope.freq_base", 10000.0f);
+  want.U32("general.file_type", 1);
+  want.U32("phi3.attention.sliding_window", 0);
+  want.U32("general.quantization_version", 2);
+  EXPECT_EQ(kv.Encode(), want.Encode());
+
+  json["rope_scaling"]["short_factor"] = std::vector<float>(47, 1.0f);
+  EXPECT_THROW(PlanGgufTensors(ShardSet{}, ParseGgufConfig(json.dump(), "config.json"),
+                               GgufOuttype::kF16),
+               FormatError)
+      << "a factor list of the wrong length";
+  json["rope_scaling"]["short_factor"] = factors;
+  const GgufTensors planned =
+      PlanGgufTensors(ShardSet{}, ParseGgufConfig(json.dump(), "config.json"), GgufOuttype::kF16);
+  ASSERT_EQ(planned.tensors.size(), 2u);
+  EXPECT_EQ(planned.tensors[0].name, "rope_factors_long.weight");
+  EXPECT_EQ(planned.tensors[1].name, "rope_factors_short.weight");
+  EXPECT_EQ(planned.tensors[0].ne, (std::vector<uint64_t>{48}));
+  float first;
+  std::memcpy(&first, planned.tensors[0].inline_bytes.data(), 4);
+  EXPECT_EQ(first, 1.5f);
+}
+
+TEST(GgufArchTest, GeneralNamesThatWouldTurnOnPhi3TokenHandlingAreRewritten) {
+  EXPECT_EQ(LoadableGeneralName("Phi-3.5-mini-instruct"), "Phi_3.5-mini-instruct");
+  EXPECT_EQ(LoadableGeneralName("my-PHI3-tune"), "my-PHI_3-tune");
+  EXPECT_EQ(LoadableGeneralName("phi-4"), "phi-4");
+  EXPECT_EQ(LoadableGeneralName("phi"), "phi");
 }
 
 TEST(GgufArchTest, SizeLabelsAsTheConverterWritesThem) {
