@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # phi-4-shaped benchmark (issue #2): a generated model with microsoft/phi-4's shape (6 shards,
 # 243 BF16 tensors, 29.3 GB as sparse files, so it costs no disk), measured through the mount:
-#   - time from `aprfs mount` to the first byte of phi-4.apr (median of $RUNS fresh mounts)
+#   - time from `aprfs mount` to the first byte of phi-4.apr, phi-4.gguf and
+#     phi-4.Q4_K_M.gguf (median of $RUNS fresh mounts each)
 #   - sequential read throughput of phi-4.apr against reading the 6 shards directly, one run,
 #     page cache dropped before each (needs root for drop_caches and the readahead knob)
 #   - the same with the shard already in the page cache (where the mount's own cost shows)
@@ -34,7 +35,7 @@ start_daemon() {
 trap stop_daemon EXIT
 
 mkdir -p "$MODELS" "$MP"
-if [ ! -f "$MODELS/phi-4/model.safetensors.index.json" ]; then
+if [ ! -f "$MODELS/phi-4/tokenizer_config.json" ]; then  # (older runs made no GGUF-able model)
   echo "generating the phi-4-shaped sparse model in $MODELS/phi-4 ..."
   python3 "$ROOT/tests/tools/make_model.py" "$MODELS/phi-4" --preset phi4 --sparse >/dev/null
 fi
@@ -42,18 +43,25 @@ SHARDS=("$MODELS"/phi-4/model-*.safetensors)
 SHARD_BYTES=$(stat -c %s "${SHARDS[@]}" | paste -sd+ | bc)
 stop_daemon
 
-# 1. Mount to first byte: a fresh daemon each time, cold page cache.
-firsts=()
-for _ in $(seq 1 "$RUNS"); do
-  drop_caches
-  t0=$(now)
-  start_daemon
-  head -c 1 "$MP/phi-4.apr" >/dev/null
-  t1=$(now)
-  firsts+=("$(elapsed "$t0" "$t1")")
-  stop_daemon
-done
-FIRST_MEDIAN=$(printf '%s\n' "${firsts[@]}" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
+# 1. Mount to first byte: a fresh daemon each time, cold page cache; of the .apr, and of the
+# GGUF views (planned from the same headers plus config.json and tokenizer.json).
+first_byte() {  # FILE -> FIRST (the median over $RUNS fresh mounts) and FIRST_RUNS
+  local runs=() t0 t1
+  for _ in $(seq 1 "$RUNS"); do
+    drop_caches
+    t0=$(now)
+    start_daemon
+    head -c 1 "$MP/$1" >/dev/null
+    t1=$(now)
+    runs+=("$(elapsed "$t0" "$t1")")
+    stop_daemon
+  done
+  FIRST_RUNS="${runs[*]}"
+  FIRST=$(printf '%s\n' "${runs[@]}" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
+}
+first_byte phi-4.apr; FIRST_APR=$FIRST; FIRST_APR_RUNS=$FIRST_RUNS
+first_byte phi-4.gguf; FIRST_GGUF=$FIRST; FIRST_GGUF_RUNS=$FIRST_RUNS
+first_byte phi-4.Q4_K_M.gguf; FIRST_Q4KM=$FIRST; FIRST_Q4KM_RUNS=$FIRST_RUNS
 
 # 2. Sequential throughput, the shards directly then the .apr through the mount, same run.
 drop_caches
@@ -101,7 +109,9 @@ cat <<REPORT
 phi-4-shaped model: ${#SHARDS[@]} shards, $SHARD_BYTES shard bytes, .apr $APR_BYTES bytes
 | measure | value |
 |---|---|
-| mount to first byte (median of $RUNS) | ${FIRST_MEDIAN} s (runs: ${firsts[*]}) |
+| mount to first byte of phi-4.apr (median of $RUNS) | ${FIRST_APR} s (runs: ${FIRST_APR_RUNS}) |
+| mount to first byte of phi-4.gguf | ${FIRST_GGUF} s (runs: ${FIRST_GGUF_RUNS}) |
+| mount to first byte of phi-4.Q4_K_M.gguf | ${FIRST_Q4KM} s (runs: ${FIRST_Q4KM_RUNS}) |
 | shards read directly (dd bs=$BS) | ${DIRECT_S} s, ${DIRECT_MBS} MB/s |
 | phi-4.apr through the mount (dd bs=$BS) | ${MOUNT_S} s, ${MOUNT_MBS} MB/s |
 | throughput ratio mount / direct | ${RATIO} |

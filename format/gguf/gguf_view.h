@@ -17,6 +17,6 @@ FilePlan PlanGgufView(const ShardSet& set, const ModelTexts& texts, GgufOuttype 
 // The small files PlanGgufView reads, when the model has them.
 inline constexpr const char* kGgufModelTexts[] = {"config.json", "tokenizer.json",
                                                   "tokenizer_config.json", "tokenizer.model",
-                                                  "chat_template.jinja"};
+                                                  "added_tokens.json", "chat_template.jinja"};
 
 }  // namespace aprfs

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "format/error.h"
+#include "format/gguf/sentencepiece_model.h"
 #include "format/model/model_config.h"
 
 namespace aprfs {
@@ -87,25 +88,12 @@ PreTokenizer ClassifyPreTokenizer(const nlohmann::json& tokenizer) {
                   " is not one aprfs maps to a llama.cpp pre-tokenizer"};
 }
 
-void AddTokenizerKeys(const GgufConfig& config, const ModelTexts& texts, uint64_t token_rows,
-                      GgufMetadata& kv) {
-  if (config.arch != GgufArch::kPhi3 && texts.count("tokenizer.model")) {
-    throw FormatError("tokenizer.model: SentencePiece tokenizers have no GGUF view in aprfs yet");
-  }
-  if (config.arch == GgufArch::kPhi3) {
-    // The converter reads a Phi-3 vocabulary as GPT-2 BPE only when tokenizer_config.json says
-    // so (Phi-4); else with SentencePiece from tokenizer.model (Phi-3).
-    const nlohmann::json tokenizer_config = ParseJsonFile(texts, "tokenizer_config.json");
-    const std::string cls = tokenizer_config.is_object() && tokenizer_config.contains("tokenizer_class") &&
-                                    tokenizer_config["tokenizer_class"].is_string()
-                                ? tokenizer_config["tokenizer_class"].get<std::string>()
-                                : std::string("(none)");
-    if (cls != "GPT2Tokenizer") {
-      throw FormatError("tokenizer_config.json: tokenizer_class " + cls + ": the converter reads "
-                        "this Phi-3 vocabulary with SentencePiece (tokenizer.model), which has no "
-                        "GGUF view in aprfs yet");
-    }
-  }
+namespace {
+
+// The converter's "gpt2" path (§4.2): tokens padded to `n`, their types, the merges, the
+// pre-tokenizer's name. Returns tokenizer.json, which the special ids are looked up in.
+nlohmann::json AddGpt2Vocab(const ModelTexts& texts, uint64_t n, std::vector<std::string>& tokens,
+                            GgufMetadata& kv) {
   const nlohmann::json tokenizer = ParseJsonFile(texts, "tokenizer.json");
   if (tokenizer.is_null()) throw FormatError("tokenizer.json: missing: llama.cpp needs the vocabulary");
   const nlohmann::json& model = tokenizer.value("model", nlohmann::json());
@@ -114,24 +102,17 @@ void AddTokenizerKeys(const GgufConfig& config, const ModelTexts& texts, uint64_
                       ": the GGUF view maps byte-level BPE tokenizers");
   }
   if (model.value("byte_fallback", false)) {
-    throw FormatError("tokenizer.json: a SentencePiece-style BPE (byte_fallback) has no GGUF "
-                      "view in aprfs yet");
+    throw FormatError("tokenizer.json: a SentencePiece-style BPE (byte_fallback) without a "
+                      "tokenizer.model has no GGUF view in aprfs yet");
   }
   const PreTokenizer pre = ClassifyPreTokenizer(tokenizer);
   if (pre.name.empty()) {
     throw FormatError("tokenizer.json: " + pre.reason + " (llama.cpp would reject it or "
                       "tokenize differently; aprfs needs a rule for it)");
   }
-  const nlohmann::json tokenizer_config = ParseJsonFile(texts, "tokenizer_config.json");
 
   // Tokens by id: the vocabulary and the added tokens; ids without a token are padding.
-  const uint64_t n = config.vocab_size.value_or(token_rows);
-  if (n != token_rows) {
-    throw FormatError("config.json: vocab_size " + std::to_string(n) + " differs from the " +
-                      std::to_string(token_rows) +
-                      " rows of model.embed_tokens.weight: llama.cpp would refuse the file");
-  }
-  std::vector<std::string> tokens(n);
+  tokens.assign(n, std::string());
   std::vector<int32_t> types(n, kUnused);
   std::vector<bool> known(n, false);
   for (const auto& [text, id] : model["vocab"].items()) {
@@ -181,6 +162,86 @@ void AddTokenizerKeys(const GgufConfig& config, const ModelTexts& texts, uint64_
   kv.I32Array("tokenizer.ggml.token_type", types);
   kv.StringArray("tokenizer.ggml.merges", merges);
 
+  return tokenizer;
+}
+
+// The converter's SentencePiece path (§4.3) from tokenizer.model: pieces by id up to `n`
+// ([PAD{id}] beyond), user-defined pieces typed normal, then added_tokens.json and
+// tokenizer_config.json's added_tokens_decoder (the Phi-3 variant: also tokenizer.json's
+// added_tokens, without the "looks special" rule and the U+2581 replacement).
+void AddSentencePieceVocab(const GgufConfig& config, const ModelTexts& texts,
+                           const nlohmann::json& tokenizer_config, uint64_t n,
+                           std::vector<std::string>& tokens, GgufMetadata& kv) {
+  const bool phi3 = config.arch == GgufArch::kPhi3;
+  auto model = texts.find("tokenizer.model");
+  if (model == texts.end()) {
+    throw FormatError("tokenizer.model: missing: the converter reads this model's vocabulary with "
+                      "SentencePiece");
+  }
+  const std::vector<SentencePiece> pieces = ParseSentencePieceModel(model->second, "tokenizer.model");
+  tokens.assign(n, std::string());
+  std::vector<float> scores(n, -10000.0f);
+  std::vector<int32_t> types(n, kUnused);
+  for (uint64_t id = 0; id < n; ++id) tokens[id] = "[PAD" + std::to_string(id) + "]";
+  for (uint64_t id = 0; id < pieces.size() && id < n; ++id) {
+    tokens[id] = pieces[id].piece;
+    scores[id] = pieces[id].score;
+    types[id] = pieces[id].type == SentencePiece::kUserDefined ? kNormal : pieces[id].type;
+  }
+  auto set = [&](uint64_t id, const std::string& text, int32_t type) {
+    tokens[id] = text;
+    scores[id] = -1000.0f;
+    types[id] = type;
+  };
+  const nlohmann::json added_file = ParseJsonFile(texts, "added_tokens.json");
+  if (added_file.is_object()) {
+    for (const auto& [text, id] : added_file.items()) {
+      if (id.is_number_unsigned() && id.get<uint64_t>() < n) set(id, text, kUserDefined);
+    }
+  }
+  auto add_decoded = [&](uint64_t id, const nlohmann::json& data, bool converter_rules) {
+    if (id >= n || !data.is_object() || !data.contains("content") || !data["content"].is_string()) return;
+    const std::string content = data["content"];
+    const bool control = data.value("special", false) || (converter_rules && LooksSpecial(content));
+    if (control) {
+      set(id, content, kControl);
+    } else {
+      set(id, converter_rules ? ReplaceAll(content, "\xe2\x96\x81", " ") : content, kUserDefined);
+    }
+  };
+  if (tokenizer_config.is_object() && tokenizer_config.contains("added_tokens_decoder") &&
+      tokenizer_config["added_tokens_decoder"].is_object()) {
+    for (const auto& [key, data] : tokenizer_config["added_tokens_decoder"].items()) {
+      if (key.empty() || key.find_first_not_of("0123456789") != std::string::npos || key.size() > 18) continue;
+      add_decoded(std::stoull(key), data, !phi3);
+    }
+  }
+  if (phi3) {
+    const nlohmann::json tokenizer = ParseJsonFile(texts, "tokenizer.json");
+    if (tokenizer.is_object() && tokenizer.contains("added_tokens") && tokenizer["added_tokens"].is_array()) {
+      for (const nlohmann::json& token : tokenizer["added_tokens"]) {
+        if (token.is_object() && token.contains("id") && token["id"].is_number_unsigned()) {
+          add_decoded(token["id"], token, false);
+        }
+      }
+    }
+  }
+  kv.String("tokenizer.ggml.model", "llama");
+  kv.String("tokenizer.ggml.pre", "default");
+  kv.StringArray("tokenizer.ggml.tokens", tokens);
+  kv.F32Array("tokenizer.ggml.scores", scores);
+  kv.I32Array("tokenizer.ggml.token_type", types);
+}
+
+// The special-token block (§4.5): ids from tokenizer_config's token texts found among
+// tokenizer.json's added tokens, then config.json's integer ids (below `n` on the SentencePiece
+// path); add_bos/add_eos; the chat template.
+void AddSpecialVocab(const GgufConfig& config, const ModelTexts& texts, const nlohmann::json& tokenizer,
+                     const nlohmann::json& tokenizer_config, const std::vector<std::string>& tokens,
+                     bool sentencepiece, GgufMetadata& kv) {
+  const uint64_t n = tokens.size();
+  const nlohmann::json added = tokenizer.is_object() ? tokenizer.value("added_tokens", nlohmann::json::array())
+                                                     : nlohmann::json::array();
   // Special ids (§4.5): tokenizer_config's token texts, found among the added tokens; then
   // config.json's integer ids for the types still missing.
   struct Special {
@@ -206,7 +267,7 @@ void AddTokenizerKeys(const GgufConfig& config, const ModelTexts& texts, uint64_
     if (text == texts_of.end()) continue;
     for (const nlohmann::json& token : added) {
       if (token.is_object() && token.value("content", "") == text->second && token.contains("id") &&
-          token["id"].is_number_unsigned()) {
+          token["id"].is_number_unsigned() && !(sentencepiece && token["id"].get<uint64_t>() >= n)) {
         ids[s.type] = token["id"];
         if (s.key) kv.U32(s.key, ids[s.type]);
         break;
@@ -216,6 +277,7 @@ void AddTokenizerKeys(const GgufConfig& config, const ModelTexts& texts, uint64_
   for (const Special& s : kSpecials) {
     const std::string key = std::string(s.type) + "_token_id";
     if (ids.count(s.type) || !config.json.contains(key) || !config.json[key].is_number_unsigned()) continue;
+    if (sentencepiece && config.json[key].get<uint64_t>() >= n) continue;
     ids[s.type] = config.json[key];
     if (s.key) kv.U32(s.key, ids[s.type]);
   }
@@ -223,7 +285,8 @@ void AddTokenizerKeys(const GgufConfig& config, const ModelTexts& texts, uint64_
   // add_bos / add_eos: the post-processor's template, then tokenizer_config's flags.
   std::optional<bool> add_bos, add_eos;
   std::vector<nlohmann::json> processors;
-  const nlohmann::json post = tokenizer.value("post_processor", nlohmann::json());
+  const nlohmann::json post = tokenizer.is_object() ? tokenizer.value("post_processor", nlohmann::json())
+                                                    : nlohmann::json();
   if (IsType(post, "Sequence") && post.contains("processors") && post["processors"].is_array()) {
     for (const nlohmann::json& p : post["processors"]) processors.push_back(p);
   } else if (post.is_object()) {
@@ -282,6 +345,41 @@ void AddTokenizerKeys(const GgufConfig& config, const ModelTexts& texts, uint64_
     if (jinja != texts.end()) chat_template = jinja->second;
   }
   if (chat_template) kv.String("tokenizer.chat_template", *chat_template);
+}
+
+}  // namespace
+
+void AddTokenizerKeys(const GgufConfig& config, const ModelTexts& texts, uint64_t token_rows,
+                      GgufMetadata& kv) {
+  const nlohmann::json tokenizer_config = ParseJsonFile(texts, "tokenizer_config.json");
+  const uint64_t n = config.vocab_size.value_or(token_rows);
+  if (n != token_rows) {
+    throw FormatError("config.json: vocab_size " + std::to_string(n) + " differs from the " +
+                      std::to_string(token_rows) +
+                      " rows of model.embed_tokens.weight: llama.cpp would refuse the file");
+  }
+  // The converter's choice of path (§4.1): Phi-3 reads GPT-2 BPE when tokenizer_config.json
+  // names GPT2Tokenizer (Phi-4), else SentencePiece; the others SentencePiece when there is a
+  // tokenizer.model, else GPT-2 BPE.
+  bool sentencepiece = texts.count("tokenizer.model") > 0;
+  if (config.arch == GgufArch::kPhi3) {
+    const nlohmann::json cls = tokenizer_config.is_object() ? tokenizer_config.value("tokenizer_class", nlohmann::json())
+                                                            : nlohmann::json();
+    sentencepiece = !(cls.is_string() && cls == "GPT2Tokenizer");
+  }
+  if (config.arch == GgufArch::kLlama && tokenizer_config.is_object() &&
+      tokenizer_config.contains("add_prefix_space") && tokenizer_config["add_prefix_space"].is_boolean()) {
+    kv.Bool("tokenizer.ggml.add_space_prefix", tokenizer_config["add_prefix_space"].get<bool>());
+  }
+  std::vector<std::string> tokens;
+  nlohmann::json tokenizer;
+  if (sentencepiece) {
+    AddSentencePieceVocab(config, texts, tokenizer_config, n, tokens, kv);
+    tokenizer = ParseJsonFile(texts, "tokenizer.json");
+  } else {
+    tokenizer = AddGpt2Vocab(texts, n, tokens, kv);
+  }
+  AddSpecialVocab(config, texts, tokenizer, tokenizer_config, tokens, sentencepiece, kv);
 }
 
 }  // namespace aprfs

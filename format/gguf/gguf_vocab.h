@@ -13,12 +13,14 @@ namespace aprfs {
 // chat_template.jinja...), as read from disk or the Hub; absent files are not in the map.
 using ModelTexts = std::map<std::string, std::string>;
 
-// The tokenizer keys (gguf-view.md §4) for a byte-level BPE tokenizer.json (the converter's
-// "gpt2" path: Llama 3, Qwen2/2.5/3...): tokens padded to `token_rows` (token_embd's rows),
-// their types, the merges, tokenizer.ggml.pre from the pre-tokenizer's structure, the special
-// token ids, add_bos/add_eos, the chat template. Throws FormatError naming the file and the rule
-// when the tokenizer is of a kind the view does not map yet (SentencePiece), or when
-// llama.cpp would tokenize it wrongly (an unknown pre-tokenizer: the message says what it is).
+// The tokenizer keys (gguf-view.md §4), on the converter's path: SentencePiece from
+// tokenizer.model (Llama 2, Mistral v0.1, Phi-3-mini: tokens, scores, types), or byte-level BPE
+// from tokenizer.json ("gpt2": Llama 3, Qwen2/2.5/3, Phi-4: tokens, types, merges,
+// tokenizer.ggml.pre from the pre-tokenizer's structure); tokens padded to `token_rows`
+// (token_embd's rows); then the special token ids, add_bos/add_eos, the chat template. Throws
+// FormatError naming the file and the rule when the tokenizer is of a kind the view does not map
+// yet, or when llama.cpp would tokenize it wrongly (an unknown pre-tokenizer: the message says
+// what it is).
 void AddTokenizerKeys(const GgufConfig& config, const ModelTexts& texts, uint64_t token_rows,
                       GgufMetadata& kv);
 

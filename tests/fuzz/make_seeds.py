@@ -24,6 +24,7 @@ def main():
             "tiny": ["--preset", "tiny"],
             "edge": ["--preset", "edge"],
             "llama": ["--preset", "llama-tiny", "--unaligned", "--tie-embeddings"],
+            "llama2": ["--preset", "llama2-tiny"],
         }
         for name, args in models.items():
             out = os.path.join(work, "src", name)
@@ -35,7 +36,8 @@ def main():
                     (n,) = struct.unpack("<Q", head)
                     put("safetensors_import_fuzz", f"{name}-{i}", head + f.read(n))
             for prefix, file in ((b"\x00", "model.safetensors.index.json"),
-                                 (b"\x01", "config.json"), (b"\x02", "tokenizer.json")):
+                                 (b"\x01", "config.json"), (b"\x02", "tokenizer.json"),
+                                 (b"\x03", "tokenizer.model")):
                 path = os.path.join(out, file)
                 if os.path.exists(path):
                     with open(path, "rb") as f:

@@ -1,6 +1,6 @@
 // The GGUF views, checked by llama.cpp itself (node-llama-cpp's prebuilt CPU build) and parsed
-// by @huggingface/gguf: every
-// outtype of generated Qwen2- and Llama-3-shaped models loads through the mount, tokenizes and
+// by @huggingface/gguf: every outtype of generated Qwen2-, Llama-3-, Llama-2- (SentencePiece
+// tokenizer.model) and Phi-4-shaped models loads through the mount, tokenizes and
 // detokenizes a text back to itself, and its logits for that text match an independent forward
 // pass of the safetensors model (tests/tools/reference_forward.py, transformers' definition:
 // a wrong Q/K row permutation, RoPE factor, bias or conversion moves them by far more than the
@@ -126,6 +126,7 @@ INSTANTIATE_TEST_SUITE_P(
     GgufModels, GgufViewTest,
     ::testing::Values(GgufCase{"qwen2", "qwen2-tiny", "qwen2", 26},
                       GgufCase{"llama3", "llama3-tiny", "llama", 22},
+                      GgufCase{"llama2", "llama2-tiny", "llama", 21},
                       GgufCase{"phi3", "phi3-tiny", "phi3", 15}),
     [](const auto& info) { return info.param.name; });
 
@@ -142,7 +143,7 @@ class GgufQuantizeTest : public GgufViewTest {};
 
 // NAME.Q4_K_M.gguf is what llama.cpp's own llama-quantize (node-llama-cpp's libllama, through
 // tests/tools/llama_quantize.py) makes of NAME.F16.gguf: the same KVs, tensor types and bytes
-// (Qwen2 and Phi-3: Q5_0 and Q8_0 fallbacks, Qwen2's tied Q8_0 embedding; Llama 3 with rows of whole
+// (Qwen2, Llama 2 and Phi-3: Q5_0 and Q8_0 fallbacks, Qwen2's tied Q8_0 embedding; Llama 3 with rows of whole
 // super-blocks over 8 layers: Q4_K, and Q6_K where use_more_bits picks). Byte for byte the same
 // file, except that llama3's generated rope_freqs stays first (llama-quantize sorts it after
 // output_norm): llama.cpp's logits must then be identical.
@@ -177,7 +178,7 @@ TEST_P(GgufQuantizeTest, Q4_K_MIsWhatLlamaQuantizeMakesOfTheF16View) {
         << "the tensor's bytes differ from llama-quantize's";
     types.insert(t.type);
   }
-  if (c.architecture != "llama") {
+  if (c.preset != "llama3-kquant") {
     EXPECT_TRUE(got == want) << "not byte for byte llama-quantize's file";
     EXPECT_EQ(types, (std::set<uint32_t>{0, 6, 8}));  // F32, Q5_0, Q8_0
   } else {
@@ -203,6 +204,7 @@ INSTANTIATE_TEST_SUITE_P(
     GgufModels, GgufQuantizeTest,
     ::testing::Values(GgufCase{"qwen2", "qwen2-tiny", "qwen2", 26},
                       GgufCase{"llama3", "llama3-kquant", "llama", 76},
+                      GgufCase{"llama2", "llama2-tiny", "llama", 21},
                       GgufCase{"phi3", "phi3-tiny", "phi3", 15}),
     [](const auto& info) { return info.param.name; });
 
@@ -210,7 +212,7 @@ class GgufListingTest : public ViewTest {};
 
 // Listed on request; a model whose architecture has no GGUF mapping has no GGUF view, nor has a
 // Phi-3 whose vocabulary the converter would read with SentencePiece (no tokenizer_config.json
-// naming GPT2Tokenizer), and ls and the log say why.
+// naming GPT2Tokenizer) but has no tokenizer.model, and ls and the log say why.
 TEST_F(GgufListingTest, ListedOnRequestAndRefusedWithTheReasonWhereUnmapped) {
   ASSERT_NO_FATAL_FAILURE(MakeModel("q", {"--preset", "qwen2-tiny"}));
   ASSERT_NO_FATAL_FAILURE(MakeModel("neox", {"--preset", "qwen2-tiny", "--seed", "7"}));
@@ -221,6 +223,7 @@ TEST_F(GgufListingTest, ListedOnRequestAndRefusedWithTheReasonWhereUnmapped) {
   const size_t at = text.find("Qwen2ForCausalLM");
   ASSERT_NE(at, std::string::npos);
   tw::WriteFile(config, text.replace(at, 16, "GPTNeoXForCausalLM"));
+  ASSERT_EQ(unlink((models_dir() + "/phi/tokenizer_config.json").c_str()), 0);
   ASSERT_NO_FATAL_FAILURE(MountViews({"--views", "gguf,gguf-f16,apr"}));
   EXPECT_EQ(ListDir(mountpoint()), (std::vector<std::string>{"neox.apr", "phi.apr", "q.F16.gguf",
                                                              "q.apr", "q.gguf"}));
@@ -235,9 +238,8 @@ TEST_F(GgufListingTest, ListedOnRequestAndRefusedWithTheReasonWhereUnmapped) {
   EXPECT_EQ(stat(MP("q.Q4_K_M.gguf").c_str(), &unlisted), 0) << "an unlisted view resolves";
   const std::string unmapped = "neox.gguf: not offered: config.json: architecture "
                                "'GPTNeoXForCausalLM' has no GGUF mapping";
-  const std::string sentencepiece = "phi.gguf: not offered: tokenizer_config.json: tokenizer_class "
-                                    "(none): the converter reads this Phi-3 vocabulary with "
-                                    "SentencePiece";
+  const std::string sentencepiece = "phi.gguf: not offered: tokenizer.model: missing: the "
+                                    "converter reads this model's vocabulary with SentencePiece";
   EXPECT_NE(Log().find(unmapped), std::string::npos) << Log();
   EXPECT_NE(Log().find(sentencepiece), std::string::npos) << Log();
   ProcResult ls = RunAprfs({"ls", "--no-hf-cache", "--source", models_dir(), "--cache-dir",
@@ -246,7 +248,7 @@ TEST_F(GgufListingTest, ListedOnRequestAndRefusedWithTheReasonWhereUnmapped) {
   EXPECT_NE(ls.out.find("not offered: config.json: architecture 'GPTNeoXForCausalLM'"),
             std::string::npos)
       << ls.out;
-  EXPECT_NE(ls.out.find("not offered: tokenizer_config.json: tokenizer_class (none)"),
+  EXPECT_NE(ls.out.find("not offered: tokenizer.model: missing"),
             std::string::npos)
       << ls.out;
 }

@@ -65,11 +65,12 @@ class Preset:
 
     def __init__(self, tensors, config, tokenizer, default_shards,
                  shard_pattern="model-%05d-of-%05d.safetensors", values="random-bits",
-                 tokenizer_config=None):
+                 extra_files=None):
         self.tensors = tensors
-        self.tokenizer_config = tokenizer_config  # written beside tokenizer.json when given
+        # Written with the tokenizer: file name -> a dict (as JSON) or bytes.
+        self.extra_files = extra_files or {}
         self.config = config
-        self.tokenizer = tokenizer  # dict of make_tokenizer() keyword arguments
+        self.tokenizer = tokenizer  # dict of make_tokenizer() keyword arguments; None: no tokenizer.json
         self.default_shards = default_shards
         self.shard_pattern = shard_pattern  # % (k, n)
         self.values = values  # default --values: "random-bits" or "realistic"
@@ -253,8 +254,12 @@ def preset_phi4(tie, shards):
     named = {1: "<|endoftext|>", 2: "<|fim_prefix|>", 3: "<|fim_middle|>", 4: "<|fim_suffix|>",
              8: "<|im_start|>", 9: "<|im_end|>", 10: "<|im_sep|>", 20: "<|endofprompt|>"}
     specials = [named.get(i, "<|dummy_%d|>" % i) for i in range(96)]
-    tok = dict(vocab_size=vocab, n_merges=100000, specials=specials)
-    return Preset(tensors, config, tok, 6)
+    # As phi-4's: tiktoken's cl100k split regex, merges not ignored, GPT2Tokenizer.
+    tok = dict(vocab_size=vocab, n_merges=100000, specials=specials, split_regex=LLAMA3_REGEX)
+    tokenizer_config = {"tokenizer_class": "GPT2Tokenizer", "add_bos_token": False,
+                        "add_eos_token": False, "bos_token": "<|endoftext|>",
+                        "eos_token": "<|im_end|>"}
+    return Preset(tensors, config, tok, 6, extra_files={"tokenizer_config.json": tokenizer_config})
 
 
 def preset_bench_1g(tie, shards, wdtype="BF16"):
@@ -521,7 +526,24 @@ def preset_phi3_tiny(tie, shards, wdtype="BF16"):
     tokenizer_config = {"tokenizer_class": "GPT2Tokenizer", "add_bos_token": False,
                         "add_eos_token": False, "bos_token": "<|endoftext|>",
                         "eos_token": "<|endoftext|>"}
-    return Preset(tensors, config, tok, 2, values="lively", tokenizer_config=tokenizer_config)
+    return Preset(tensors, config, tok, 2, values="lively",
+                  extra_files={"tokenizer_config.json": tokenizer_config})
+
+
+def preset_llama2_tiny(tie, shards, wdtype="BF16"):
+    """Llama-2-shaped, for the GGUF views' SentencePiece path: plain RoPE, an untied lm_head,
+    and a tokenizer.model (no tokenizer.json) with <unk>, <s>, </s>, the 256 byte pieces and
+    "▁"-prefixed word pieces; tokenizer_config.json adds BOS and one added token."""
+    h, inter, layers, heads, kv, vocab = 64, 160, 2, 4, 4, 320
+    tensors = llama_tensors(h, inter, layers, heads, kv, vocab, wdtype=wdtype, tie=False)
+    config = llama_config(h, inter, layers, heads, kv, vocab, False, bos=1, eos=2)
+    tokenizer_config = {
+        "tokenizer_class": "LlamaTokenizer", "add_bos_token": True, "add_eos_token": False,
+        "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
+        "added_tokens_decoder": {"318": {"content": "<|im_end|>", "special": True}}}
+    return Preset(tensors, config, None, 2, values="lively",
+                  extra_files={"tokenizer.model": sentencepiece_model(),
+                               "tokenizer_config.json": tokenizer_config})
 
 
 # Presets whose layer count --layers may change.
@@ -544,6 +566,7 @@ PRESETS = {
     "qwen2-tiny": preset_qwen2_tiny,
     "llama3-tiny": preset_llama3_tiny,
     "phi3-tiny": preset_phi3_tiny,
+    "llama2-tiny": preset_llama2_tiny,
     # Rows of whole 256-element super-blocks and 8 layers: the Q4_K_M view's K-quants and its
     # per-layer choices (use_more_bits), not only its block-size fallbacks.
     "llama3-kquant": lambda tie, shards, **kw: preset_llama3_tiny(tie, shards, h=256, inter=512,
@@ -567,6 +590,44 @@ def byte_level_alphabet():
             cs.append(256 + n)
             n += 1
     return [chr(c) for c in cs]
+
+
+def sentencepiece_model():
+    """A SentencePiece ModelProto (tokenizer.model) written field by field: pieces {1: text,
+    2: score, 3: type} with <unk> (UNKNOWN), <s> and </s> (CONTROL), <0x00>..<0xFF> (BYTE),
+    then word pieces (NORMAL, scores falling with rank, one USER_DEFINED); a BPE trainer spec and
+    a normalizer spec that adds the dummy prefix."""
+    def varint(v):
+        out = bytearray()
+        while True:
+            b = v & 0x7F
+            v >>= 7
+            out.append(b | (0x80 if v else 0))
+            if not v:
+                return bytes(out)
+
+    def field(number, wire, payload):
+        key = varint(number << 3 | wire)
+        return key + (varint(len(payload)) + payload if wire == 2 else payload)
+
+    words = ["\u2581", "e", "l", "o", "t", "n", "s", "w", "r", "d", "i", "H", "N", "k", ",",
+             "!", "'", "\u2581t", "he", "ll", "\u2581w", "or", "ld", "\u2581H", "ello",
+             "\u2581Hello", "\u2581world", "\u2581it", "'s", "\u2581to", "ke", "ns",
+             "\u2581tokens", "\u2581New", "\u2581l", "ine", "\u2581line", "\u258112", "34",
+             "5", "\u2581the", "in", "er", "an", "\u2581a", "on", "re", "en", "at", "\u2581s",
+             "es", "\u2581o", "ing", "<sep>"]
+    pieces = [("<unk>", 0.0, 2), ("<s>", 0.0, 3), ("</s>", 0.0, 3)]
+    pieces += [("<0x%02X>" % b, 0.0, 6) for b in range(256)]
+    pieces += [(w, -float(i), 4 if w == "<sep>" else 1) for i, w in enumerate(words)]
+    proto = b""
+    for text, score, kind in pieces:
+        piece = field(1, 2, text.encode("utf-8")) + field(2, 5, struct.pack("<f", score))
+        if kind != 1:  # NORMAL is protobuf's default: absent, as sentencepiece writes it
+            piece += field(3, 0, varint(kind))
+        proto += field(1, 2, piece)
+    proto += field(2, 2, field(3, 0, varint(2)))                      # trainer_spec.model_type BPE
+    proto += field(3, 2, field(1, 2, b"identity") + field(3, 0, varint(1)))  # add_dummy_prefix
+    return proto
 
 
 def make_tokenizer(vocab_size, n_merges, specials, seed, split_regex=None, ignore_merges=False,
@@ -1207,12 +1268,13 @@ def generate(args):
         target.write_bytes("config.json", json_file_bytes(preset.config))
         files.append("config.json")
     if not args.no_tokenizer:
-        tok = make_tokenizer(seed=args.seed, **preset.tokenizer)
-        target.write_bytes("tokenizer.json", json_file_bytes(tok, sort_keys=False))
-        files.append("tokenizer.json")
-        if preset.tokenizer_config is not None:
-            target.write_bytes("tokenizer_config.json", json_file_bytes(preset.tokenizer_config))
-            files.append("tokenizer_config.json")
+        if preset.tokenizer is not None:
+            tok = make_tokenizer(seed=args.seed, **preset.tokenizer)
+            target.write_bytes("tokenizer.json", json_file_bytes(tok, sort_keys=False))
+            files.append("tokenizer.json")
+        for name, content in sorted(preset.extra_files.items()):
+            target.write_bytes(name, content if isinstance(content, bytes) else json_file_bytes(content))
+            files.append(name)
 
     summary = target.finish()
     summary.update({

@@ -1,7 +1,7 @@
 // The GGUF views' pure parts: the container's bytes read back by a parser written here from
 // the spec (gguf-view.md §1), name mapping and refusals (§3.1), the LLaMA Q/K permutation
 // (§3.3a), size labels (§2.1), pre-tokenizer rules (§4.6), llama-quantize's Q4_K_M type rules
-// (§5.6). llama.cpp itself loads the views in
+// (§5.6), SentencePiece's tokenizer.model and the vocabulary built from it (§4.3). llama.cpp itself loads the views in
 // the FUSE tests (gguf_view_test.cc).
 #include <gtest/gtest.h>
 
@@ -23,6 +23,7 @@
 #include "format/gguf/gguf_reader.h"
 #include "format/gguf/gguf_tensors.h"
 #include "format/gguf/gguf_vocab.h"
+#include "format/gguf/sentencepiece_model.h"
 
 namespace aprfs {
 namespace {
@@ -383,6 +384,102 @@ std::string FromHex(const std::string& hex) {
     bytes += static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16));
   }
   return bytes;
+}
+
+// Protobuf pieces: varints and fields, as sentencepiece writes them.
+std::string Varint(uint64_t v) {
+  std::string out;
+  do {
+    out += static_cast<char>((v & 0x7F) | (v > 0x7F ? 0x80 : 0));
+    v >>= 7;
+  } while (v);
+  return out;
+}
+std::string Field(uint32_t number, uint32_t wire, const std::string& payload) {
+  return Varint(number << 3 | wire) + (wire == 2 ? Varint(payload.size()) : "") + payload;
+}
+std::string Piece(const std::string& text, float score, int type) {
+  std::string raw(4, '\0');
+  std::memcpy(raw.data(), &score, 4);
+  std::string piece = Field(1, 2, text) + Field(2, 5, raw);
+  if (type != 1) piece += Field(3, 0, Varint(type));
+  return Field(1, 2, piece);
+}
+
+TEST(SentencePieceTest, ReadsThePiecesAndNamesWhatIsBroken) {
+  const std::string model = Piece("<unk>", 0, 2) + Field(2, 2, Field(3, 0, Varint(2))) +
+                            Piece("<s>", 0, 3) + Piece("\xe2\x96\x81the", -1.5f, 1) +
+                            Piece("<x>", -2, 4) + Field(3, 2, Field(3, 0, Varint(1)));
+  const std::vector<SentencePiece> pieces = ParseSentencePieceModel(model, "tokenizer.model");
+  ASSERT_EQ(pieces.size(), 4u);
+  EXPECT_EQ(pieces[0].piece, "<unk>");
+  EXPECT_EQ(pieces[0].type, SentencePiece::kUnknown);
+  EXPECT_EQ(pieces[2].piece, "\xe2\x96\x81the");
+  EXPECT_EQ(pieces[2].score, -1.5f);
+  EXPECT_EQ(pieces[2].type, SentencePiece::kNormal) << "an absent type is NORMAL";
+  EXPECT_EQ(pieces[3].type, SentencePiece::kUserDefined);
+  auto error = [](const std::string& bytes) {
+    try {
+      ParseSentencePieceModel(bytes, "tokenizer.model");
+    } catch (const FormatError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_NE(error(model.substr(0, model.size() - 3)).find("runs past the end"), std::string::npos);
+  EXPECT_NE(error(Piece("a", 0, 9)).find("piece 0 has type 9"), std::string::npos);
+  EXPECT_NE(error(Field(1, 2, Field(2, 5, "1234"))).find("piece 0 has no text"), std::string::npos);
+  EXPECT_NE(error(std::string("\x0b")).find("wire type 3"), std::string::npos);
+  EXPECT_NE(error(std::string(11, '\xff')).find("varint"), std::string::npos);
+  EXPECT_NE(error(Field(2, 2, "")).find("without pieces"), std::string::npos);
+  EXPECT_EQ(error(model), "accepted");
+}
+
+// The converter's SentencePiece vocabulary (§4.3): pieces by id, user-defined pieces typed
+// normal, [PAD] to vocab_size, added_tokens_decoder's tokens (control when special or looking
+// special, else user-defined with U+2581 as a space) at score -1000, ids from config.json.
+TEST(SentencePieceTest, VocabularyAsTheConverterBuildsIt) {
+  GgufConfig config = ParseGgufConfig(
+      nlohmann::json({{"architectures", {"LlamaForCausalLM"}}, {"hidden_size", 64},
+                      {"num_hidden_layers", 2}, {"num_attention_heads", 4}, {"vocab_size", 8},
+                      {"bos_token_id", 1}, {"eos_token_id", 2}, {"pad_token_id", 9}})
+          .dump(),
+      "config.json");
+  ModelTexts texts;
+  texts["tokenizer.model"] = Piece("<unk>", 0, 2) + Piece("<s>", 0, 3) + Piece("</s>", 0, 3) +
+                             Piece("<0x0A>", 0, 6) + Piece("\xe2\x96\x81a", -1, 1) +
+                             Piece("<u>", -2, 4);
+  texts["tokenizer_config.json"] = nlohmann::json(
+      {{"add_bos_token", true}, {"add_prefix_space", false},
+       {"added_tokens_decoder", {{"6", {{"content", "<|im_end|>"}}},
+                                 {"5", {{"content", "\xe2\x96\x81x"}, {"special", false}}},
+                                 {"12", {{"content", "<far>"}, {"special", true}}}}}}).dump();
+  GgufMetadata kv;
+  kv.String("general.architecture", "llama");
+  AddTokenizerKeys(config, texts, 8, kv);
+  const FilePlan plan = BuildGgufPlan(kv, {}, {});
+  const GgufFile file = ReadGgufFile([&](uint64_t at, uint64_t n) { return plan.prefix.substr(at, n); },
+                                     plan.prefix.size(), "v.gguf");
+  ASSERT_TRUE(file.problems.empty()) << file.problems.front();
+  std::vector<std::string> keys;
+  for (const auto& [key, value] : file.kv) keys.push_back(key);
+  EXPECT_EQ(keys, (std::vector<std::string>{
+                      "general.architecture", "tokenizer.ggml.add_space_prefix", "tokenizer.ggml.model", "tokenizer.ggml.pre",
+                      "tokenizer.ggml.tokens", "tokenizer.ggml.scores", "tokenizer.ggml.token_type",
+                      "tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id",
+                      "tokenizer.ggml.add_bos_token"}))
+      << "the pad id 9 is past the vocabulary: skipped";
+  EXPECT_EQ(*file.Find("tokenizer.ggml.model"), "llama");
+  EXPECT_EQ(*file.Find("tokenizer.ggml.pre"), "default");
+  EXPECT_EQ((*file.Find("tokenizer.ggml.tokens"))["values"],
+            nlohmann::json({"<unk>", "<s>", "</s>", "<0x0A>", "\xe2\x96\x81a", " x", "<|im_end|>",
+                            "[PAD7]"}));
+  EXPECT_EQ((*file.Find("tokenizer.ggml.token_type"))["values"],
+            nlohmann::json({2, 3, 3, 6, 1, 4, 3, 5}));
+  EXPECT_EQ((*file.Find("tokenizer.ggml.scores"))["values"],
+            nlohmann::json({0.0, 0.0, 0.0, 0.0, -1.0, -1000.0, -1000.0, -10000.0}));
+  EXPECT_EQ(*file.Find("tokenizer.ggml.add_space_prefix"), false);
+  EXPECT_EQ(*file.Find("tokenizer.ggml.add_bos_token"), true);
 }
 
 // ggml's quantize_row_*_ref, byte for byte, on the golden rows (tests/data/gguf-qvectors.json:
