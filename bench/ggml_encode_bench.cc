@@ -1,6 +1,7 @@
 // Single-thread throughput of the GGUF views' ggml encoders as a view runs them (TensorCodec:
 // BF16 source widened, rounded to f16 as llama-quantize reads the converter's F16 file, then
-// encoded block by block), against ggml's own quantize_row_*_ref from a libggml-base.so (the
+// encoded block by block; with the scalar kernels and with the best instruction set's, whose
+// K-quant fits run one sub-block per lane), against ggml's own quantize_row_*_ref from a libggml-base.so (the
 // one node-llama-cpp ships: llama-quantize's code without an importance matrix) on the same
 // f32 values, in one run. Weights: N(0, 0.02) rounded to BF16. Figures are MB/s of BF16 source
 // per second of this thread's CPU time (per core, immune to a shared machine's other load),
@@ -70,9 +71,14 @@ int main(int argc, char** argv) {
                             {"Q5_K", Encoding::kGgmlQ5K, "quantize_row_q5_K_ref"},
                             {"Q6_K", Encoding::kGgmlQ6K, "quantize_row_q6_K_ref"}};
   std::printf("%zu MiB of BF16 (%zu weights), rows of %zu, median of %d runs, MB/s of BF16 per "
-              "core\n\n| format | aprfs view codec | ggml ref | aprfs / ggml |\n|---|---|---|---|\n",
-              mib, n, row, runs);
-  const auto& kernels = aprfs::codec::BestKernels();
+              "core; aprfs's view codec with its scalar kernels and with the best (%s)\n\n"
+              "| format | aprfs scalar | aprfs %s | ggml ref | scalar / ggml | %s / ggml |\n"
+              "|---|---|---|---|---|---|\n",
+              mib, n, row, runs, std::string(aprfs::codec::IsaName(aprfs::codec::BestIsa())).c_str(),
+              std::string(aprfs::codec::IsaName(aprfs::codec::BestIsa())).c_str(),
+              std::string(aprfs::codec::IsaName(aprfs::codec::BestIsa())).c_str());
+  const auto& best = aprfs::codec::BestKernels();
+  const auto& scalar = aprfs::codec::Kernels(aprfs::codec::Isa::kScalar);
   for (const Format& f : formats) {
     TensorCodec codec;
     codec.from = aprfs::SourceDtype::kBF16;
@@ -81,7 +87,7 @@ int main(int argc, char** argv) {
     codec.round_to_f16 = true;
     std::vector<uint8_t> out(aprfs::EncodedSize(codec) * (n / row));
     std::vector<float> values(row), scratch;
-    auto ours = [&] {
+    auto ours = [&](const aprfs::codec::CodecKernels& kernels) {
       const uint64_t bytes = aprfs::EncodedSize(codec);
       for (size_t r = 0; r < n / row; ++r) {
         aprfs::ElementRange range{0, row};
@@ -92,10 +98,13 @@ int main(int argc, char** argv) {
       }
     };
     auto ggml = handle ? reinterpret_cast<RowQuantizer>(dlsym(handle, f.ggml_symbol)) : nullptr;
-    std::vector<double> ours_s, ggml_s;
+    std::vector<double> scalar_s, ours_s, ggml_s;
     for (int r = 0; r < runs; ++r) {
       double start = ThreadCpuSeconds();
-      ours();
+      ours(scalar);
+      scalar_s.push_back(ThreadCpuSeconds() - start);
+      start = ThreadCpuSeconds();
+      ours(best);
       ours_s.push_back(ThreadCpuSeconds() - start);
       if (ggml) {
         start = ThreadCpuSeconds();
@@ -104,12 +113,12 @@ int main(int argc, char** argv) {
       }
     }
     const double mb = 2.0 * n / 1e6;
-    const double a = mb / Median(ours_s);
+    const double sc = mb / Median(scalar_s), a = mb / Median(ours_s);
     if (ggml) {
       const double g = mb / Median(ggml_s);
-      std::printf("| %s | %.0f | %.0f | %.2fx |\n", f.name, a, g, a / g);
+      std::printf("| %s | %.0f | %.0f | %.0f | %.2fx | %.2fx |\n", f.name, sc, a, g, sc / g, a / g);
     } else {
-      std::printf("| %s | %.0f | - | - |\n", f.name, a);
+      std::printf("| %s | %.0f | %.0f | - | - | - |\n", f.name, sc, a);
     }
   }
   return 0;

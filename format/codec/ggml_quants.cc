@@ -179,21 +179,33 @@ void EncodeGgmlQ5_0BlockRef(const float* x, uint8_t* out) {
   StoreLe32(out + 2, qh);
 }
 
-namespace {
-
-// Q4_K and Q5_K share their scales: 8 sub-blocks fitted by make_qkx2_quants, 6-bit scales and
-// mins under fp16 d and dmin, then levels 0..nmax recomputed with the stored scales.
-void EncodeKQuantLevels(const float* x, int nmax, float rmin, int nstep, uint8_t* out,
-                        uint8_t L[256]) {
-  float scales[8], mins[8], weights[32];
-  float max_scale = 0, max_min = 0;
+void FitKQuantRef(const float* x, int nmax, float rmin, int nstep, float scales[8],
+                  float neg_mins[8], uint8_t L[256]) {
+  float weights[32];
   for (int j = 0; j < 8; ++j) {
     const float* xs = x + 32 * j;
     float sum_x2 = 0;
     for (int l = 0; l < 32; ++l) sum_x2 += xs[l] * xs[l];
     const float av_x = std::sqrt(sum_x2 / 32);
     for (int l = 0; l < 32; ++l) weights[l] = av_x + std::fabs(xs[l]);
-    scales[j] = MakeQkx2Quants(32, nmax, xs, weights, L + 32 * j, &mins[j], rmin, 0.1f, nstep);
+    scales[j] = MakeQkx2Quants(32, nmax, xs, weights, L + 32 * j, &neg_mins[j], rmin, 0.1f, nstep);
+  }
+}
+
+void FitQ6KRef(const float* x, float scales[16], int8_t L[256]) {
+  for (int g = 0; g < 16; ++g) scales[g] = MakeQxQuants(16, 32, x + 16 * g, L + 16 * g);
+}
+
+namespace {
+
+// Q4_K and Q5_K share their scales: 8 sub-blocks fitted (`fit`), 6-bit scales and mins under
+// fp16 d and dmin, then levels 0..nmax recomputed with the stored scales.
+void EncodeKQuantLevels(KQuantFit fit, const float* x, int nmax, float rmin, int nstep,
+                        uint8_t* out, uint8_t L[256]) {
+  float scales[8], mins[8];
+  fit(x, nmax, rmin, nstep, scales, mins, L);
+  float max_scale = 0, max_min = 0;
+  for (int j = 0; j < 8; ++j) {
     if (scales[j] > max_scale) max_scale = scales[j];
     if (mins[j] > max_min) max_min = mins[j];
   }
@@ -224,18 +236,18 @@ void EncodeKQuantLevels(const float* x, int nmax, float rmin, int nstep, uint8_t
 
 }  // namespace
 
-void EncodeGgmlQ4KBlockRef(const float* x, uint8_t* out) {
+void EncodeGgmlQ4KBlock(KQuantFit fit, const float* x, uint8_t* out) {
   uint8_t L[256];
-  EncodeKQuantLevels(x, 15, -1.0f, 20, out, L);
+  EncodeKQuantLevels(fit, x, 15, -1.0f, 20, out, L);
   uint8_t* q = out + 16;
   for (int c = 0; c < 256; c += 64, q += 32) {
     for (int l = 0; l < 32; ++l) q[l] = static_cast<uint8_t>(L[c + l] | (L[c + l + 32] << 4));
   }
 }
 
-void EncodeGgmlQ5KBlockRef(const float* x, uint8_t* out) {
+void EncodeGgmlQ5KBlock(KQuantFit fit, const float* x, uint8_t* out) {
   uint8_t L[256];
-  EncodeKQuantLevels(x, 31, -0.5f, 15, out, L);
+  EncodeKQuantLevels(fit, x, 31, -0.5f, 15, out, L);
   uint8_t* qh = out + 16;
   uint8_t* q = out + 48;
   std::memset(qh, 0, 32);
@@ -250,12 +262,16 @@ void EncodeGgmlQ5KBlockRef(const float* x, uint8_t* out) {
   }
 }
 
-void EncodeGgmlQ6KBlockRef(const float* x, uint8_t* out) {
+void EncodeGgmlQ4KBlockRef(const float* x, uint8_t* out) { EncodeGgmlQ4KBlock(FitKQuantRef, x, out); }
+void EncodeGgmlQ5KBlockRef(const float* x, uint8_t* out) { EncodeGgmlQ5KBlock(FitKQuantRef, x, out); }
+void EncodeGgmlQ6KBlockRef(const float* x, uint8_t* out) { EncodeGgmlQ6KBlock(FitQ6KRef, x, out); }
+
+void EncodeGgmlQ6KBlock(Q6KFit fit, const float* x, uint8_t* out) {
   int8_t L[256];
   float scales[16];
+  fit(x, scales, L);
   float max_scale = 0, max_abs_scale = 0;
   for (int g = 0; g < 16; ++g) {
-    scales[g] = MakeQxQuants(16, 32, x + 16 * g, L + 16 * g);
     const float a = std::fabs(scales[g]);
     if (a > max_abs_scale) {
       max_abs_scale = a;

@@ -33,4 +33,19 @@ void EncodeGgmlQ5KBlockRef(const float* x, uint8_t* out);
 // Q6_K (§5.4): make_qx_quants per 16-element group, int8 scales, d last.
 void EncodeGgmlQ6KBlockRef(const float* x, uint8_t* out);
 
+// The costly part of the K-quants, split out so that SIMD kernels can replace it: the fit of
+// every sub-block (Q4_K/Q5_K: make_qkx2_quants of the 8 sub-blocks of 32 with their weights,
+// scales, negated mins and levels; Q6_K: make_qx_quants of the 16 groups of 16, scales and
+// levels + 32). The rest of a block (scales of the scales, requantization, packing) is the
+// block encoder's, the same for every fit.
+using KQuantFit = void (*)(const float* x, int nmax, float rmin, int nstep, float scales[8],
+                           float neg_mins[8], uint8_t L[256]);
+using Q6KFit = void (*)(const float* x, float scales[16], int8_t L[256]);
+void FitKQuantRef(const float* x, int nmax, float rmin, int nstep, float scales[8],
+                  float neg_mins[8], uint8_t L[256]);
+void FitQ6KRef(const float* x, float scales[16], int8_t L[256]);
+void EncodeGgmlQ4KBlock(KQuantFit fit, const float* x, uint8_t* out);
+void EncodeGgmlQ5KBlock(KQuantFit fit, const float* x, uint8_t* out);
+void EncodeGgmlQ6KBlock(Q6KFit fit, const float* x, uint8_t* out);
+
 }  // namespace aprfs::codec

@@ -2,7 +2,8 @@
 
 // The bulk codec API the read path calls on thousands of blocks at a time, with one
 // implementation per instruction set, chosen at run time. Every implementation gives exactly
-// the bytes of the reference encoders (reference.h) for every input, NaN and Inf included.
+// the bytes of the reference encoders (reference.h, ggml_quants.h) for every input, NaN and
+// Inf included.
 
 #include <cstddef>
 #include <cstdint>
@@ -26,6 +27,10 @@ struct CodecKernels {
   // Encoders (f32 in):
   void (*q4k_blocks)(const float* x, size_t blocks, uint8_t* out);  // blocks*256 in, blocks*144 out
   void (*q6k_blocks)(const float* x, size_t blocks, uint8_t* out);  // 210 bytes per block
+  // ggml's own K-quants (ggml_quants.h; GGUF views): 144, 176 and 210 bytes per block.
+  void (*ggml_q4k_blocks)(const float* x, size_t blocks, uint8_t* out);
+  void (*ggml_q5k_blocks)(const float* x, size_t blocks, uint8_t* out);
+  void (*ggml_q6k_blocks)(const float* x, size_t blocks, uint8_t* out);
   // ceil(n/32) blocks of 18 bytes; the last may encode fewer than 32 elements (unused nibbles 0).
   void (*apr_q4)(const float* x, size_t n, uint8_t* out);
   float (*max_abs)(const float* x, size_t n, float acc);   // fold(acc, fmax, |x_i|)

@@ -5,6 +5,7 @@
 // baseline x86-64 and runs anywhere.
 
 #include "format/codec/block_layout.h"
+#include "format/codec/ggml_quants.h"
 #include "format/codec/kernels.h"
 #include "format/codec/reference.h"
 
@@ -30,6 +31,10 @@ const CodecKernels& ScalarKernels();
 #if defined(__x86_64__)
 const CodecKernels& Avx2Kernels();
 const CodecKernels& Avx512Kernels();
+// ggml's K-quants with the sub-block fits on 8 lanes (ggml_fit_avx2.cc).
+void GgmlQ4KBlocksAvx2(const float* x, size_t blocks, uint8_t* out);
+void GgmlQ5KBlocksAvx2(const float* x, size_t blocks, uint8_t* out);
+void GgmlQ6KBlocksAvx2(const float* x, size_t blocks, uint8_t* out);
 #endif
 
 }  // namespace aprfs::codec

@@ -16,19 +16,26 @@ constexpr uint64_t kQ4kBytes = 144;
 constexpr uint64_t kAprQ4Elements = 32;
 constexpr uint64_t kAprQ4Bytes = 18;
 
-// ggml's block quantizers: elements and bytes of a block, and the reference encoder.
+// ggml's block quantizers: elements and bytes of a block, and the encoder of `blocks` blocks
+// (the kernels' for the costly K-quants; null for other encodings).
+using BlocksEncoder = void (*)(const float* x, size_t blocks, uint8_t* out);
+template <void (*kEncode)(const float*, uint8_t*), size_t kElements, size_t kBytes>
+void EachBlock(const float* x, size_t blocks, uint8_t* out) {
+  for (size_t b = 0; b < blocks; ++b) kEncode(x + b * kElements, out + b * kBytes);
+}
 struct GgmlBlockCodec {
   uint64_t elements;
   uint64_t bytes;
-  void (*encode)(const float* x, uint8_t* out);
+  BlocksEncoder encode;
 };
-GgmlBlockCodec GgmlBlock(Encoding encoding) {
+GgmlBlockCodec GgmlBlock(Encoding encoding, const codec::CodecKernels* kernels = nullptr) {
+  using namespace codec;
   switch (encoding) {
-    case Encoding::kGgmlQ8_0: return {32, codec::kGgmlQ8_0Bytes, codec::EncodeGgmlQ8_0BlockRef};
-    case Encoding::kGgmlQ5_0: return {32, codec::kGgmlQ5_0Bytes, codec::EncodeGgmlQ5_0BlockRef};
-    case Encoding::kGgmlQ4K: return {256, codec::kGgmlQ4KBytes, codec::EncodeGgmlQ4KBlockRef};
-    case Encoding::kGgmlQ5K: return {256, codec::kGgmlQ5KBytes, codec::EncodeGgmlQ5KBlockRef};
-    case Encoding::kGgmlQ6K: return {256, codec::kGgmlQ6KBytes, codec::EncodeGgmlQ6KBlockRef};
+    case Encoding::kGgmlQ8_0: return {32, kGgmlQ8_0Bytes, EachBlock<EncodeGgmlQ8_0BlockRef, 32, kGgmlQ8_0Bytes>};
+    case Encoding::kGgmlQ5_0: return {32, kGgmlQ5_0Bytes, EachBlock<EncodeGgmlQ5_0BlockRef, 32, kGgmlQ5_0Bytes>};
+    case Encoding::kGgmlQ4K: return {256, kGgmlQ4KBytes, kernels ? kernels->ggml_q4k_blocks : nullptr};
+    case Encoding::kGgmlQ5K: return {256, kGgmlQ5KBytes, kernels ? kernels->ggml_q5k_blocks : nullptr};
+    case Encoding::kGgmlQ6K: return {256, kGgmlQ6KBytes, kernels ? kernels->ggml_q6k_blocks : nullptr};
     default: return {1, 0, nullptr};
   }
 }
@@ -211,7 +218,7 @@ void EncodeUnits(const TensorCodec& codec, const codec::CodecKernels& kernels, u
     case Encoding::kGgmlQ5K:
     case Encoding::kGgmlQ6K: {
       // Whole blocks (a GGUF row is whole blocks); a short last one of a flat tensor is padded.
-      const GgmlBlockCodec block = GgmlBlock(codec.to);
+      const GgmlBlockCodec block = GgmlBlock(codec.to, &kernels);
       const uint64_t first = UnitSource(codec, first_unit).first;
       float x[256];
       for (uint64_t unit = first_unit; unit < end_unit; ++unit) {
@@ -221,7 +228,7 @@ void EncodeUnits(const TensorCodec& codec, const codec::CodecKernels& kernels, u
         if (codec.round_to_f16) {
           for (uint64_t i = 0; i < source.count; ++i) x[i] = codec::F16ToF32(codec::GgmlFp16(x[i]));
         }
-        block.encode(x, out + (unit - first_unit) * block.bytes);
+        block.encode(x, 1, out + (unit - first_unit) * block.bytes);
       }
       return;
     }

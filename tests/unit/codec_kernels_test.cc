@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "format/codec/block_layout.h"
+#include "format/codec/ggml_quants.h"
 #include "format/codec/kernels.h"
 #include "format/codec/reference.h"
 #include "tests/unit/codec_test_util.h"
@@ -168,6 +169,15 @@ void ExpectSuperBlocksEqual(void (*CodecKernels::*kernel)(const float*, size_t, 
 
 TEST(CodecKernels, Q4kSimdEqualsScalar) { ExpectSuperBlocksEqual(&CodecKernels::q4k_blocks, kQ4kBlockBytes); }
 TEST(CodecKernels, Q6kSimdEqualsScalar) { ExpectSuperBlocksEqual(&CodecKernels::q6k_blocks, kQ6kBlockBytes); }
+TEST(CodecKernels, GgmlQ4kSimdEqualsScalar) {
+  ExpectSuperBlocksEqual(&CodecKernels::ggml_q4k_blocks, kGgmlQ4KBytes);
+}
+TEST(CodecKernels, GgmlQ5kSimdEqualsScalar) {
+  ExpectSuperBlocksEqual(&CodecKernels::ggml_q5k_blocks, kGgmlQ5KBytes);
+}
+TEST(CodecKernels, GgmlQ6kSimdEqualsScalar) {
+  ExpectSuperBlocksEqual(&CodecKernels::ggml_q6k_blocks, kGgmlQ6KBytes);
+}
 
 // Odd lengths at odd offsets: (offset, n) pairs over Blocks(), plus the whole buffer less a few.
 std::vector<std::pair<size_t, size_t>> Slices() {
