@@ -447,7 +447,7 @@ TEST(SentencePieceTest, VocabularyAsTheConverterBuildsIt) {
       "config.json");
   ModelTexts texts;
   texts["tokenizer.model"] = Piece("<unk>", 0, 2) + Piece("<s>", 0, 3) + Piece("</s>", 0, 3) +
-                             Piece("<0x0A>", 0, 6) + Piece("\xe2\x96\x81a", -1, 1) +
+                             Piece("<0x0A>", 0, 6) + Piece("\xe2\x96\x81" "a", -1, 1) +
                              Piece("<u>", -2, 4);
   texts["tokenizer_config.json"] = nlohmann::json(
       {{"add_bos_token", true}, {"add_prefix_space", false},
@@ -472,7 +472,7 @@ TEST(SentencePieceTest, VocabularyAsTheConverterBuildsIt) {
   EXPECT_EQ(*file.Find("tokenizer.ggml.model"), "llama");
   EXPECT_EQ(*file.Find("tokenizer.ggml.pre"), "default");
   EXPECT_EQ((*file.Find("tokenizer.ggml.tokens"))["values"],
-            nlohmann::json({"<unk>", "<s>", "</s>", "<0x0A>", "\xe2\x96\x81a", " x", "<|im_end|>",
+            nlohmann::json({"<unk>", "<s>", "</s>", "<0x0A>", "\xe2\x96\x81" "a", " x", "<|im_end|>",
                             "[PAD7]"}));
   EXPECT_EQ((*file.Find("tokenizer.ggml.token_type"))["values"],
             nlohmann::json({2, 3, 3, 6, 1, 4, 3, 5}));
