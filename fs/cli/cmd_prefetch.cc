@@ -85,7 +85,7 @@ int RunPrefetch(const PrefetchArgs& args) {
     std::cerr << "aprfs prefetch: " << e.what() << "\n";
     return 1;
   }
-  if (target.apr_file) {
+  if (target.file) {
     std::cerr << "aprfs prefetch: " << target.label
               << ": not in an aprfs mount (give a mounted .apr or ORG/NAME)\n";
     return 1;

@@ -1,9 +1,11 @@
 // `aprfs verify`: checks a model's shards against their sha256 (the Hub's LFS oids, which are
-// also the HF cache's blob names) and its APR file's structure and footer CRC. The exit code is
-// the verdict: 0 good, 1 something is wrong, 2 something could not be checked (not cached).
+// also the HF cache's blob names) and a file of it: an APR file's structure and footer CRC, a
+// GGUF or safetensors file's structure (those formats carry no checksum). The exit code is the
+// verdict: 0 good, 1 something is wrong, 2 something could not be checked (not cached).
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
@@ -11,7 +13,9 @@
 #include "fetch/hf_cache.h"
 #include "fetch/sha256.h"
 #include "fs/cli/apr_check.h"
+#include "format/gguf/gguf_reader.h"
 #include "fs/cli/commands.h"
+#include "fs/cli/inspect_safetensors.h"
 #include "fs/cli/interrupt.h"
 #include "fs/cli/model_target.h"
 #include "fs/cli/progress.h"
@@ -163,14 +167,60 @@ int CheckApr(const std::string& label, const ReadAt& read_at, uint64_t size, boo
   return all_cached ? kGood : kIncomplete;
 }
 
-int VerifyAprPath(const std::string& label, const std::string& path, bool all_cached) {
+// A GGUF file's structure as llama.cpp's loader reads it. The format has no checksum: the data
+// bytes are as good as what they were read from (a mount's shards, checked above).
+int CheckGguf(const std::string& label, const ReadAt& read_at, uint64_t size) {
+  GgufFile gguf;
+  try {
+    gguf = ReadGgufFile(read_at, size, label);
+  } catch (const std::exception& e) {
+    if (Interrupted()) return kInterrupted;
+    std::cout << "  gguf: cannot read: " << e.what() << "\n";
+    return kBad;
+  }
+  if (!gguf.problems.empty()) {
+    for (const std::string& problem : gguf.problems) std::cout << "  gguf: " << problem << "\n";
+    return kBad;
+  }
+  std::cout << "  gguf: structure ok, " << gguf.tensors.size() << " tensors, " << gguf.kv.size()
+            << " keys, every tensor within the file (GGUF has no checksum: data not checked)\n";
+  return kGood;
+}
+
+int CheckSafetensors(const std::string& label, const ReadAt& read_at, uint64_t size) {
+  const SafetensorsCheck check = CheckSafetensorsFile(label, read_at, size);
+  for (const std::string& warning : check.warnings) std::cout << "  safetensors: warning: " << warning << "\n";
+  if (!check.errors.empty()) {
+    for (const std::string& error : check.errors) std::cout << "  safetensors: " << error << "\n";
+    return kBad;
+  }
+  std::cout << "  safetensors: structure ok, " << check.header.tensors.size()
+            << " tensors (safetensors has no checksum: data not checked)\n";
+  return kGood;
+}
+
+// The file's checks by its format: APR (with the footer CRC), GGUF or safetensors.
+int CheckFile(const std::string& label, const ReadAt& read_at, uint64_t size, bool all_cached) {
+  std::string first;
+  try {
+    first = read_at(0, std::min<uint64_t>(size, 16));
+  } catch (const std::exception& e) {
+    std::cout << "  cannot read: " << e.what() << "\n";
+    return Interrupted() ? kInterrupted : kBad;
+  }
+  if (first.compare(0, 4, "GGUF") == 0) return CheckGguf(label, read_at, size);
+  if (LooksLikeSafetensors(first)) return CheckSafetensors(label, read_at, size);
+  return CheckApr(label, read_at, size, all_cached);
+}
+
+int VerifyFilePath(const std::string& label, const std::string& path, bool all_cached) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
-    std::cout << "  apr: cannot open " << path << ": " << std::strerror(errno) << "\n";
+    std::cout << "  cannot open " << path << ": " << std::strerror(errno) << "\n";
     return kBad;
   }
   off_t size = ::lseek(fd, 0, SEEK_END);
-  int verdict = CheckApr(label, FileReadAt(fd, [] { return Interrupted(); }), static_cast<uint64_t>(size), all_cached);
+  int verdict = CheckFile(label, FileReadAt(fd, [] { return Interrupted(); }), static_cast<uint64_t>(size), all_cached);
   ::close(fd);
   return verdict;
 }
@@ -195,9 +245,9 @@ int RunVerify(const VerifyArgs& args) {
   }
   int verdict = kGood;
   auto fold = [&](int v) { verdict = std::max(verdict, v); };
-  if (target.apr_file) {
+  if (target.file) {
     std::cout << target.label << ":\n";
-    fold(VerifyAprPath(target.label, *target.apr_file, true));
+    fold(VerifyFilePath(target.label, *target.file, true));
   } else if (target.mounted) {
     std::cout << target.label << ":\n";
     std::vector<ShardCheck> shards = ShardsOfMount(*target.mounted);
@@ -205,7 +255,7 @@ int RunVerify(const VerifyArgs& args) {
     bool all_cached = true;
     for (const ShardCheck& shard : shards) all_cached = all_cached && shard.missing.empty();
     if (!args.shards_only && verdict != kInterrupted) {
-      fold(VerifyAprPath(target.label, target.mounted->apr_path, all_cached));
+      fold(VerifyFilePath(target.label, target.mounted->path, all_cached));
     }
   } else {
     target.catalog->remote.verify_when_complete = false;
@@ -252,11 +302,11 @@ int RunVerify(const VerifyArgs& args) {
 void RegisterVerify(CLI::App& app, int& exit_code) {
   auto args = std::make_shared<VerifyArgs>();
   CLI::App* cmd = app.add_subcommand(
-      "verify", "Check a model's shards (sha256) and its .apr (structure, footer CRC); exit "
-                "code 0 good, 1 bad, 2 incomplete");
+      "verify", "Check a model's shards (sha256) and a file of it (.apr: structure and footer "
+                "CRC; .gguf, .safetensors: structure); exit code 0 good, 1 bad, 2 incomplete");
   cmd->add_option("TARGET", args->target,
-                  "A mounted .apr, an .apr file, a folder of models, ORG/NAME[@REVISION], or "
-                  "the name of a configured repo")
+                  "A mounted file (.apr, .gguf, .safetensors) or a copy of one, a folder of "
+                  "models, ORG/NAME[@REVISION], or the name of a configured repo")
       ->required();
   cmd->add_flag("--shards-only", args->shards_only, "Skip the .apr structure and footer check");
   args->sources.AddTo(*cmd);

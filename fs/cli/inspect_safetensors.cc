@@ -15,10 +15,11 @@ bool LooksLikeSafetensors(const std::string& first_bytes) {
   return first_bytes.size() >= 9 && first_bytes[8] == '{';
 }
 
-int InspectSafetensors(const std::string& file, const ReadAt& read_at, uint64_t size, bool json) {
-  nlohmann::json report = {{"file", file}, {"size", size}, {"format", "safetensors"}};
-  std::vector<std::string> errors, warnings;
-  SafetensorsHeader header;
+SafetensorsCheck CheckSafetensorsFile(const std::string& file, const ReadAt& read_at, uint64_t size) {
+  SafetensorsCheck check;
+  std::vector<std::string>& errors = check.errors;
+  std::vector<std::string>& warnings = check.warnings;
+  SafetensorsHeader& header = check.header;
   try {
     const uint64_t length = ParseSafetensorsHeaderLength(read_at(0, 8), size, file);
     header = ParseSafetensorsHeader(read_at(8, length), size, file);
@@ -42,6 +43,15 @@ int InspectSafetensors(const std::string& file, const ReadAt& read_at, uint64_t 
                          "cannot be viewed in place");
     }
   }
+  return check;
+}
+
+int InspectSafetensors(const std::string& file, const ReadAt& read_at, uint64_t size, bool json) {
+  nlohmann::json report = {{"file", file}, {"size", size}, {"format", "safetensors"}};
+  const SafetensorsCheck check = CheckSafetensorsFile(file, read_at, size);
+  const SafetensorsHeader& header = check.header;
+  const std::vector<std::string>& errors = check.errors;
+  const std::vector<std::string>& warnings = check.warnings;
   uint64_t data_bytes = 0;
   for (const SafetensorsTensor& t : header.tensors) data_bytes += t.size();
   report["header_len"] = header.header_len;

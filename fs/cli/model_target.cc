@@ -128,7 +128,7 @@ ModelTarget ResolveTarget(const std::string& text, const SourceOptions& options)
     }
     ModelTarget target;
     target.label = path.string();
-    target.apr_file = path.string();
+    target.file = path.string();
     return target;
   }
   // ORG/NAME[@REV], or the short name of a configured repo.

@@ -14,7 +14,7 @@ namespace aprfs {
 // A .apr file inside an aprfs mount, with what the daemon says about it (.aprfs/status.json).
 struct MountedModel {
   std::string mountpoint;
-  std::string apr_path;  // absolute path of the file in the mount
+  std::string path;  // absolute path of the file in the mount (.apr, .gguf...)
   nlohmann::json mount;  // the whole status.json
   nlohmann::json model;  // its entry in "models"
   ViewKind view = ViewKind::kApr;  // which of the model's files the path names
@@ -25,8 +25,8 @@ struct MountedModel {
 // What `aprfs prefetch` and `aprfs verify` are pointed at.
 struct ModelTarget {
   std::string label;                      // how messages name it
-  std::optional<MountedModel> mounted;    // a .apr in an aprfs mount
-  std::optional<std::string> apr_file;    // a .apr file outside any mount
+  std::optional<MountedModel> mounted;    // a file in an aprfs mount
+  std::optional<std::string> file;        // a file outside any mount
   std::optional<CatalogOptions> catalog;  // the model(s) to load in this process
   std::optional<std::string> branch;      // remote: the ref published shards update
 };

@@ -50,7 +50,7 @@ bool KeepsComputedBytes(const MountedModel& mounted) {
 }
 
 int PrefetchMountedView(const MountedModel& mounted, const std::string& label) {
-  int fd = ::open(mounted.apr_path.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
+  int fd = ::open(mounted.path.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
   if (fd < 0) {
     std::cerr << "aprfs prefetch: " << label << ": " << std::strerror(errno) << "\n";
     return 1;

@@ -254,7 +254,7 @@ TEST_F(GgufListingTest, ListedOnRequestAndRefusedWithTheReasonWhereUnmapped) {
 }
 
 // aprfs inspect reads a mounted .gguf as llama.cpp's loader would, and names what it would
-// refuse in a damaged copy.
+// refuse in a damaged copy; aprfs verify checks the views' structure (and the shards).
 TEST_F(GgufListingTest, InspectReadsTheViewAndNamesWhatTheLoaderWouldRefuse) {
   ASSERT_NO_FATAL_FAILURE(MakeModel("q", {"--preset", "qwen2-tiny"}));
   ASSERT_NO_FATAL_FAILURE(MountViews());
@@ -269,15 +269,27 @@ TEST_F(GgufListingTest, InspectReadsTheViewAndNamesWhatTheLoaderWouldRefuse) {
   EXPECT_EQ(report["kv"]["tokenizer.ggml.pre"], "qwen2");
   EXPECT_EQ(report["kv"]["tokenizer.ggml.tokens"]["count"], 320);
 
+  // verify: the shards and the view's structure; a copy's structure.
+  for (const char* view : {"q.gguf", "q.Q4_K_M.gguf", "q.safetensors"}) {
+    ProcResult verify = RunAprfs({"verify", MP(view)}, 60s);
+    EXPECT_EQ(verify.exit_code, 0) << verify.Describe();
+    EXPECT_NE(verify.out.find("structure ok"), std::string::npos) << verify.Describe();
+    EXPECT_NE(verify.out.find("verdict: GOOD"), std::string::npos) << verify.Describe();
+  }
+
   const std::string copy = work_dir() + "/q.gguf";
   ProcResult cp = RunCommand({"cp", MP("q.gguf"), copy}, 60s);
   ASSERT_EQ(cp.exit_code, 0) << cp.Describe();
   EXPECT_EQ(RunAprfs({"inspect", copy}, 60s).exit_code, 0);
+  EXPECT_EQ(RunAprfs({"verify", copy}, 60s).exit_code, 0);
   ASSERT_EQ(truncate(copy.c_str(), static_cast<off_t>(FileSize(copy) - 4096)), 0);
   ProcResult truncated = RunAprfs({"inspect", copy}, 60s);
   EXPECT_EQ(truncated.exit_code, 1) << truncated.Describe();
   EXPECT_NE(truncated.out.find("not within the file bounds"), std::string::npos)
       << truncated.Describe();
+  ProcResult bad = RunAprfs({"verify", copy}, 60s);
+  EXPECT_EQ(bad.exit_code, 1) << bad.Describe();
+  EXPECT_NE(bad.out.find("verdict: BAD"), std::string::npos) << bad.Describe();
   {
     Fd fd(copy, O_RDWR);
     ASSERT_TRUE(fd.ok());
