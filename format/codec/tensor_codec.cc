@@ -193,6 +193,13 @@ void EncodeUnits(const TensorCodec& codec, const codec::CodecKernels& kernels, u
   if (units == 0) return;
   switch (codec.to) {
     case Encoding::kF32:
+      if (codec.add_one) {
+        for (uint64_t i = 0; i < units; ++i) {
+          const float v = values[i] + 1.0f;
+          std::memcpy(out + 4 * i, &v, 4);
+        }
+        return;
+      }
       std::memcpy(out, values, units * 4);
       return;
     case Encoding::kF16:

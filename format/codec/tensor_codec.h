@@ -32,6 +32,8 @@ struct TensorCodec {
   // ggml encodings: values are rounded to f16 first, as llama-quantize reads them from the
   // converter's F16 file.
   bool round_to_f16 = false;
+  // F32 output of 1 + the value (Gemma's norms, which the model applies as 1 + w).
+  bool add_one = false;
   // The source as a row-major matrix: its 2-D shape, or 1 x N for other ranks.
   uint64_t rows = 1;
   uint64_t cols = 0;

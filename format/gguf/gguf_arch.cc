@@ -57,6 +57,26 @@ void ApplyDefaults(GgufArch arch, nlohmann::json& json) {
       fill("num_key_value_heads", 32);
       if (arch == GgufArch::kQwen3) fill("head_dim", 128);  // Qwen2Config has none
       break;
+    case GgufArch::kGemma2:  // Gemma2Config
+      fill("max_position_embeddings", 8192);
+      fill("rms_norm_eps", 1e-6);
+      fill("head_dim", 256);
+      fill("attn_logit_softcapping", 50.0);
+      fill("final_logit_softcapping", 30.0);
+      fill("sliding_window", 4096);
+      fill("rope_theta", 10000.0);
+      if (json.contains("num_attention_heads")) fill("num_key_value_heads", json["num_attention_heads"]);
+      break;
+    case GgufArch::kGemma3:  // Gemma3TextConfig
+      fill("max_position_embeddings", 131072);
+      fill("num_attention_heads", 8);
+      fill("num_key_value_heads", 4);
+      fill("head_dim", 256);
+      fill("rms_norm_eps", 1e-6);
+      fill("rope_theta", 1000000.0);
+      fill("rope_local_base_freq", 10000.0);
+      fill("sliding_window", 4096);
+      break;
     case GgufArch::kPhi3:
       fill("max_position_embeddings", 4096);
       fill("original_max_position_embeddings", 4096);
@@ -65,6 +85,62 @@ void ApplyDefaults(GgufArch arch, nlohmann::json& json) {
       if (json.contains("num_attention_heads")) fill("num_key_value_heads", json["num_attention_heads"]);
       break;
   }
+}
+
+// Gemma 2's keys (§2.8): its converter writes its own list.
+void AddGemma2Keys(const GgufConfig& config, uint32_t file_type, GgufMetadata& kv) {
+  const nlohmann::json& json = config.json;
+  const std::string file = "config.json";
+  auto count = [&](std::initializer_list<const char*> keys) {
+    std::optional<uint64_t> n = Count(json, keys, file);
+    if (!n) throw FormatError(file + ": " + *keys.begin() + " is missing: the converter needs it");
+    return static_cast<uint32_t>(*n);
+  };
+  auto number = [&](const char* key) {
+    std::optional<float> v = Number(json, {key});
+    if (!v) throw FormatError(file + ": " + key + " is missing: the converter needs it");
+    return *v;
+  };
+  kv.U32("gemma2.context_length", count({"max_position_embeddings"}));
+  kv.U32("gemma2.embedding_length", config.embedding_length);
+  kv.U32("gemma2.block_count", config.block_count);
+  kv.U32("gemma2.feed_forward_length", count({"intermediate_size"}));
+  kv.U32("gemma2.attention.head_count", config.head_count);
+  kv.U32("gemma2.attention.head_count_kv", config.head_count_kv);
+  kv.F32("gemma2.attention.layer_norm_rms_epsilon", number("rms_norm_eps"));
+  kv.U32("gemma2.attention.key_length", config.head_dim);
+  kv.U32("gemma2.attention.value_length", config.head_dim);
+  kv.U32("general.file_type", file_type);
+  kv.F32("gemma2.attn_logit_softcapping", number("attn_logit_softcapping"));
+  kv.F32("gemma2.final_logit_softcapping", number("final_logit_softcapping"));
+  kv.U32("gemma2.attention.sliding_window", count({"sliding_window"}));
+}
+
+// Gemma 3's keys after the generic ones (§2.8): some set again (they keep their place), the
+// softcapping and the sliding window appended.
+void AddGemma3Keys(const GgufConfig& config, GgufMetadata& kv) {
+  const nlohmann::json& json = config.json;
+  const std::string file = "config.json";
+  if (json.contains("attn_logit_softcapping") && !json["attn_logit_softcapping"].is_null()) {
+    throw FormatError(file + ": attn_logit_softcapping is set: the converter refuses it for Gemma 3");
+  }
+  auto count = [&](const char* key) { return static_cast<uint32_t>(Count(json, {key}, file).value_or(0)); };
+  kv.U32("gemma3.context_length", count("max_position_embeddings"));
+  kv.U32("gemma3.attention.head_count", config.head_count);
+  kv.F32("gemma3.attention.layer_norm_rms_epsilon", Number(json, {"rms_norm_eps"}).value_or(1e-6f));
+  kv.U32("gemma3.attention.key_length", config.head_dim);
+  kv.U32("gemma3.attention.value_length", config.head_dim);
+  const nlohmann::json rope = RopeParameters(json);
+  const nlohmann::json& full = rope.contains("full_attention") ? rope["full_attention"] : rope;
+  kv.F32("gemma3.rope.freq_base", Number(full, {"rope_theta"}).value_or(1000000.0f));
+  if (auto cap = Number(json, {"final_logit_softcapping"}); cap && *cap != 0.0f) {
+    kv.F32("gemma3.final_logit_softcapping", *cap);
+  }
+  const nlohmann::json* pattern = First(json, {"sliding_window_pattern"});
+  if (!(pattern && pattern->is_number() && pattern->get<double>() == 1)) {
+    kv.U32("gemma3.attention.sliding_window", count("sliding_window"));
+  }
+  kv.U32("gemma3.attention.head_count_kv", config.head_count_kv);
 }
 
 // Phi-3 with long-context factors: the attention factor of its scaled RoPE (§2.7), which the
@@ -144,10 +220,17 @@ GgufConfig ParseGgufConfig(const std::string& text, const std::string& file) {
   } else if (hf_arch == "Phi3ForCausalLM") {
     config.arch = GgufArch::kPhi3;
     config.arch_name = "phi3";
+  } else if (hf_arch == "Gemma2ForCausalLM") {
+    config.arch = GgufArch::kGemma2;
+    config.arch_name = "gemma2";
+  } else if (hf_arch == "Gemma3ForCausalLM" || hf_arch == "Gemma3ForConditionalGeneration") {
+    config.arch = GgufArch::kGemma3;
+    config.arch_name = "gemma3";
   } else {
     throw FormatError(file + ": architecture " + (hf_arch.empty() ? "(none)" : Quote(hf_arch)) +
                       " has no GGUF mapping in aprfs (mapped: LlamaForCausalLM, "
-                      "MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM)");
+                      "MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM, "
+                      "Gemma2ForCausalLM, Gemma3ForCausalLM)");
   }
   ApplyDefaults(config.arch, json);
   auto required = [&](std::initializer_list<const char*> keys) -> uint32_t {
@@ -194,6 +277,10 @@ nlohmann::json RopeParameters(const nlohmann::json& config) {
   if (!rope.contains("rope_type") && rope.contains("type")) rope["rope_type"] = rope["type"];
   mirror("partial_rotary_factor", First(config, {"partial_rotary_factor", "rope_pct", "rope_percent"}));
   mirror("original_max_position_embeddings", First(config, {"original_max_position_embeddings"}));
+  if (const nlohmann::json* local = First(config, {"local_rope_theta", "rope_local_theta", "rope_theta_local",
+                                                   "swa_rope_theta", "rope_local_base_freq"})) {
+    rope["sliding_attention"] = {{"rope_theta", *local}};
+  }
   return rope;
 }
 
@@ -247,8 +334,9 @@ void AddArchitectureKeys(const GgufConfig& config, const std::string& model_name
   kv.String("general.type", "model");
   kv.String("general.name", model_name);
   kv.String("general.size_label", SizeLabel(total_params));
-  if (config.arch == GgufArch::kPhi3) {
-    AddPhi3Keys(config, file_type, kv);
+  if (config.arch == GgufArch::kPhi3 || config.arch == GgufArch::kGemma2) {
+    if (config.arch == GgufArch::kPhi3) AddPhi3Keys(config, file_type, kv);
+    if (config.arch == GgufArch::kGemma2) AddGemma2Keys(config, file_type, kv);
     kv.U32("general.quantization_version", 2);
     return;
   }
@@ -296,6 +384,12 @@ void AddArchitectureKeys(const GgufConfig& config, const std::string& model_name
           : Number(json, {"global_rope_theta", "rope_global_theta", "rope_theta_global",
                           "rope_theta", "rotary_emb_base"});
   if (theta) kv.F32(a + ".rope.freq_base", *theta);
+  const nlohmann::json rope_params = RopeParameters(json);
+  if (rope_params.contains("sliding_attention") && rope_params["sliding_attention"].is_object()) {
+    if (auto swa = Number(rope_params["sliding_attention"], {"rope_theta"})) {
+      kv.F32(a + ".rope.freq_base_swa", *swa);
+    }
+  }
   if (auto eps = Number(json, {"rms_norm_eps", "norm_eps"})) {
     kv.F32(a + ".attention.layer_norm_rms_epsilon", *eps);
   }
@@ -309,6 +403,7 @@ void AddArchitectureKeys(const GgufConfig& config, const std::string& model_name
     kv.U32(a + ".attention.value_length", config.head_dim);
   }
   kv.U32("general.file_type", file_type);
+  if (config.arch == GgufArch::kGemma3) AddGemma3Keys(config, kv);
   if (config.arch == GgufArch::kLlama) {
     if (!config.vocab_size) throw FormatError(file + ": vocab_size is missing: llama.cpp needs it");
     kv.U32("llama.vocab_size", *config.vocab_size);

@@ -11,13 +11,13 @@
 namespace aprfs {
 
 // The llama.cpp architectures a GGUF view maps (gguf-view.md §2).
-enum class GgufArch { kLlama, kQwen2, kQwen3, kPhi3 };
+enum class GgufArch { kLlama, kQwen2, kQwen3, kPhi3, kGemma2, kGemma3 };
 
 // config.json as the converter sees it: text_config merged into the root (its keys win), and
 // the transformers config class's defaults for the keys the converter reads (§2.2).
 struct GgufConfig {
   GgufArch arch = GgufArch::kLlama;
-  std::string arch_name;  // "llama", "qwen2", "qwen3", "phi3"
+  std::string arch_name;  // "llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3"
   nlohmann::json json;    // merged config.json
   uint32_t block_count = 0;
   uint32_t embedding_length = 0;
@@ -31,7 +31,7 @@ struct GgufConfig {
 
 // The converter's rope parameters (§2.2): rope_parameters or rope_scaling, with rope_theta,
 // partial_rotary_factor and original_max_position_embeddings mirrored from the top level when
-// the dict lacks them.
+// the dict lacks them, and a local (sliding-window) theta as sliding_attention.rope_theta.
 nlohmann::json RopeParameters(const nlohmann::json& config);
 
 // Reads config.json (`text`, named `file` in errors). Throws FormatError when the model's
@@ -39,7 +39,12 @@ nlohmann::json RopeParameters(const nlohmann::json& config);
 // key the loader needs is missing or not a positive integer.
 GgufConfig ParseGgufConfig(const std::string& text, const std::string& file);
 
-// The `general.*` and architecture keys in the converter's order (§2.1, §2.3–2.7), up to and
+// Gemma's norms hold w where the model computes x * (1 + w): the converter stores 1 + w.
+constexpr bool NormsStoreOnePlus(GgufArch arch) {
+  return arch == GgufArch::kGemma2 || arch == GgufArch::kGemma3;
+}
+
+// The `general.*` and architecture keys in the converter's order (§2.1, §2.3–2.8), up to and
 // including general.file_type and general.quantization_version; `file_type` is the
 // LlamaFileType of the output, `total_params` the element count of every GGUF tensor.
 void AddArchitectureKeys(const GgufConfig& config, const std::string& model_name,

@@ -42,11 +42,34 @@ bool Skipped(GgufArch arch, const std::string& name) {
     }
     return false;
   }
+  if (arch == GgufArch::kGemma2) return name == "lm_head.weight";  // llama.cpp ties the head
+  if (arch == GgufArch::kGemma3) {
+    // The text model's converter skips every multimodal tensor by these marks.
+    for (const char* prefix : {"mlp", "vit.", "vpm.", "siglip2.", "multi_modal_projector.",
+                               "vision_tower.", "multimodal_projector.", "vision_model."}) {
+      if (StartsWith(name, prefix)) return true;
+    }
+    for (const char* part : {"visual.", "vision.", "audio.", "vision_", "audio_", "projector.",
+                             "patch_embed", "patch_merger."}) {
+      if (Contains(name, part)) return true;
+    }
+    return false;
+  }
   for (const char* prefix : {"mlp", "multi_modal_projector", "vision_model", "audio_tower",
                              "model.vision_tower", "model.multi_modal_projector", "vision_tower."}) {
     if (StartsWith(name, prefix)) return true;
   }
   return arch == GgufArch::kQwen3 && Contains(name, "model.vision_");
+}
+
+// Gemma's own per-layer names (§3.1): its norms around the attention and the MLP.
+const std::map<std::string, std::string>& GemmaStems() {
+  static const std::map<std::string, std::string> stems = {
+      {"post_attention_layernorm", "post_attention_norm"},
+      {"pre_feedforward_layernorm", "ffn_norm"},
+      {"post_feedforward_layernorm", "post_ffw_norm"},
+  };
+  return stems;
 }
 
 // Per-layer stems, HF -> GGUF.
@@ -70,7 +93,8 @@ bool ArchHasStem(GgufArch arch, const std::string& hf_stem) {
   const bool fused = hf_stem == "self_attn.qkv_proj" || hf_stem == "mlp.gate_up_proj";
   if (arch == GgufArch::kPhi3) return hf_stem != "mlp.gate_proj" && !EndsWith(hf_stem, "_norm");
   if (fused) return false;
-  return arch == GgufArch::kQwen3 || !EndsWith(hf_stem, "_norm");
+  if (arch == GgufArch::kGemma2) return !EndsWith(hf_stem, "_norm");
+  return arch == GgufArch::kQwen3 || arch == GgufArch::kGemma3 || !EndsWith(hf_stem, "_norm");
 }
 
 // Source dtypes (the first three) and output types.
@@ -215,7 +239,12 @@ std::optional<std::string> GgufTensorName(const GgufConfig& config, const std::s
     const std::string index = name.substr(layers.size(), dot - layers.size());
     if (dot != std::string::npos && !index.empty() &&
         index.find_first_not_of("0123456789") == std::string::npos) {
-      auto stem = LayerStems().find(name.substr(dot + 1));
+      const std::string hf_stem = name.substr(dot + 1);
+      if (NormsStoreOnePlus(config.arch)) {
+        auto gemma = GemmaStems().find(hf_stem);
+        if (gemma != GemmaStems().end()) return "blk." + index + "." + gemma->second + suffix;
+      }
+      auto stem = LayerStems().find(hf_stem);
       if (stem != LayerStems().end() && ArchHasStem(config.arch, stem->first)) {
         return "blk." + index + "." + stem->second + suffix;
       }
@@ -305,11 +334,14 @@ GgufTensors PlanGgufTensors(const ShardSet& set, const GgufConfig& config, GgufO
     const uint64_t source_start = set.shards[s.shard].header.data_start() + t.begin;
     // A conversion is a codec per tensor: every piece of it is a 1 x N run of the same N.
     uint32_t codec = kVerbatim;
+    // Gemma's norms (every HF name ending in "norm.weight") are stored as 1 + w (§3.3b).
+    const bool plus_one = NormsStoreOnePlus(config.arch) && EndsWith(t.name, "norm.weight");
     auto piece = [&](uint64_t out_offset, uint64_t elements, uint64_t source_element) {
-      if (*from != to && codec == kVerbatim) {
+      if ((*from != to || plus_one) && codec == kVerbatim) {
         TensorCodec c;
         c.from = SourceOf(*from);
         c.to = EncodingOf(to);
+        c.add_one = plus_one;
         c.rows = 1;
         c.cols = elements;
         codec = static_cast<uint32_t>(out.codecs.size());

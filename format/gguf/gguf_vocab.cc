@@ -362,6 +362,12 @@ void AddTokenizerKeys(const GgufConfig& config, const ModelTexts& texts, uint64_
   // names GPT2Tokenizer (Phi-4), else SentencePiece; the others SentencePiece when there is a
   // tokenizer.model, else GPT-2 BPE.
   bool sentencepiece = texts.count("tokenizer.model") > 0;
+  if (NormsStoreOnePlus(config.arch) && !sentencepiece) {
+    // Gemma 2's converter requires it; Gemma 3's would hash tokenizer.json's pre-tokenizer,
+    // which no table knows (gguf-view.md §9.4).
+    throw FormatError("tokenizer.model: missing: the GGUF view reads Gemma's vocabulary from "
+                      "its SentencePiece model");
+  }
   if (config.arch == GgufArch::kPhi3) {
     const nlohmann::json cls = tokenizer_config.is_object() ? tokenizer_config.value("tokenizer_class", nlohmann::json())
                                                             : nlohmann::json();
@@ -380,6 +386,8 @@ void AddTokenizerKeys(const GgufConfig& config, const ModelTexts& texts, uint64_
     tokenizer = AddGpt2Vocab(texts, n, tokens, kv);
   }
   AddSpecialVocab(config, texts, tokenizer, tokenizer_config, tokens, sentencepiece, kv);
+  // Gemma's SentencePiece adds no space in front of the text.
+  if (NormsStoreOnePlus(config.arch)) kv.Bool("tokenizer.ggml.add_space_prefix", false);
 }
 
 }  // namespace aprfs

@@ -31,6 +31,7 @@ std::string ComputedStoreKey(const FilePlan& plan,
       AppendNumber(layout, value);
     }
     if (c.round_to_f16) layout += "f16,";  // only when set: older keys stay valid
+    if (c.add_one) layout += "+1,";
   }
   what += "layout " + Sha256Hex(layout) + "\n";
   return "view-" + Sha256Hex(what).substr(0, 32);

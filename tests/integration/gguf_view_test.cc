@@ -1,10 +1,11 @@
 // The GGUF views, checked by llama.cpp itself (node-llama-cpp's prebuilt CPU build) and parsed
 // by @huggingface/gguf: every outtype of generated Qwen2-, Llama-3-, Llama-2- (SentencePiece
-// tokenizer.model) and Phi-4-shaped models loads through the mount, tokenizes and
-// detokenizes a text back to itself, and its logits for that text match an independent forward
-// pass of the safetensors model (tests/tools/reference_forward.py, transformers' definition:
-// a wrong Q/K row permutation, RoPE factor, bias or conversion moves them by far more than the
-// tolerances). Plus: every read path gives the same bytes, the listing, and refusals.
+// tokenizer.model), Phi-4-, Gemma-2- and Gemma-3-shaped models loads through the mount,
+// tokenizes and detokenizes a text back to itself, and its logits for that text match an
+// independent forward pass of the safetensors model (tests/tools/reference_forward.py,
+// transformers' definition: a wrong Q/K row permutation, RoPE factor, bias, norm offset or
+// conversion moves them by far more than the tolerances). Plus: every read path gives the same
+// bytes, the listing, and refusals.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -127,7 +128,9 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(GgufCase{"qwen2", "qwen2-tiny", "qwen2", 26},
                       GgufCase{"llama3", "llama3-tiny", "llama", 22},
                       GgufCase{"llama2", "llama2-tiny", "llama", 21},
-                      GgufCase{"phi3", "phi3-tiny", "phi3", 15}),
+                      GgufCase{"phi3", "phi3-tiny", "phi3", 15},
+                      GgufCase{"gemma2", "gemma2-tiny", "gemma2", 24},
+                      GgufCase{"gemma3", "gemma3-tiny", "gemma3", 80}),
     [](const auto& info) { return info.param.name; });
 
 // The GGUF file at `path`, as our reader (llama.cpp's rules) sees it, and its bytes.
@@ -205,7 +208,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(GgufCase{"qwen2", "qwen2-tiny", "qwen2", 26},
                       GgufCase{"llama3", "llama3-kquant", "llama", 76},
                       GgufCase{"llama2", "llama2-tiny", "llama", 21},
-                      GgufCase{"phi3", "phi3-tiny", "phi3", 15}),
+                      GgufCase{"phi3", "phi3-tiny", "phi3", 15},
+                      GgufCase{"gemma3", "gemma3-tiny", "gemma3", 80}),
     [](const auto& info) { return info.param.name; });
 
 class GgufListingTest : public ViewTest {};

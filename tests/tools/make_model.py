@@ -546,6 +546,62 @@ def preset_llama2_tiny(tie, shards, wdtype="BF16"):
                                "tokenizer_config.json": tokenizer_config})
 
 
+def preset_gemma(arch, tie, shards, wdtype="BF16"):
+    """Gemma 2 or 3 shaped, for the GGUF views: norms stored as w (the model applies 1 + w; the
+    converter writes 1 + w), norms before and after the attention and the MLP, a head size
+    other than hidden / heads, tied embeddings (Gemma 2's lm_head is dropped by the converter),
+    Gemma 3's q/k norms and its local/global RoPE bases over 6 layers (the sixth global), and a
+    SentencePiece tokenizer.model with Gemma's <pad> <eos> <bos> <unk> ids."""
+    gemma3 = arch == "gemma3"
+    h, inter, heads, kv, head_dim, vocab = 64, 160, 4, 2, 32, 320
+    layers = 6 if gemma3 else 2
+    tensors = [Tensor("model.embed_tokens.weight", wdtype, [vocab, h])]
+    for i in range(layers):
+        p = "model.layers.%d." % i
+        tensors += [
+            Tensor(p + "self_attn.q_proj.weight", wdtype, [heads * head_dim, h]),
+            Tensor(p + "self_attn.k_proj.weight", wdtype, [kv * head_dim, h]),
+            Tensor(p + "self_attn.v_proj.weight", wdtype, [kv * head_dim, h]),
+            Tensor(p + "self_attn.o_proj.weight", wdtype, [h, heads * head_dim]),
+        ]
+        if gemma3:
+            tensors += [Tensor(p + "self_attn.q_norm.weight", wdtype, [head_dim]),
+                        Tensor(p + "self_attn.k_norm.weight", wdtype, [head_dim])]
+        tensors += [
+            Tensor(p + "mlp.gate_proj.weight", wdtype, [inter, h]),
+            Tensor(p + "mlp.up_proj.weight", wdtype, [inter, h]),
+            Tensor(p + "mlp.down_proj.weight", wdtype, [h, inter]),
+            Tensor(p + "input_layernorm.weight", wdtype, [h]),
+            Tensor(p + "post_attention_layernorm.weight", wdtype, [h]),
+            Tensor(p + "pre_feedforward_layernorm.weight", wdtype, [h]),
+            Tensor(p + "post_feedforward_layernorm.weight", wdtype, [h]),
+        ]
+    tensors.append(Tensor("model.norm.weight", wdtype, [h]))
+    config = {
+        "architectures": ["Gemma3ForCausalLM" if gemma3 else "Gemma2ForCausalLM"],
+        "model_type": "gemma3_text" if gemma3 else "gemma2", "hidden_size": h,
+        "intermediate_size": inter, "num_hidden_layers": layers, "num_attention_heads": heads,
+        "num_key_value_heads": kv, "head_dim": head_dim, "query_pre_attn_scalar": head_dim,
+        "max_position_embeddings": 512, "rms_norm_eps": 1e-06, "sliding_window": 512,
+        "hidden_activation": "gelu_pytorch_tanh", "tie_word_embeddings": True,
+        "vocab_size": vocab, "pad_token_id": 0, "eos_token_id": 1, "bos_token_id": 2,
+        "torch_dtype": "bfloat16",
+    }
+    if gemma3:
+        config.update({"rope_theta": 1000000.0, "rope_local_base_freq": 10000.0,
+                       "sliding_window_pattern": 6, "final_logit_softcapping": None,
+                       "attn_logit_softcapping": None, "rope_scaling": None})
+    else:
+        config.update({"rope_theta": 10000.0, "attn_logit_softcapping": 50.0,
+                       "final_logit_softcapping": 30.0})
+    tokenizer_config = {"add_bos_token": True, "add_eos_token": False, "bos_token": "<bos>",
+                        "eos_token": "<eos>", "pad_token": "<pad>", "unk_token": "<unk>",
+                        "tokenizer_class": "GemmaTokenizer"}
+    spm = sentencepiece_model(specials=(("<pad>", 3), ("<eos>", 3), ("<bos>", 3), ("<unk>", 2)))
+    return Preset(tensors, config, None, 2, values="lively",
+                  extra_files={"tokenizer.model": spm, "tokenizer_config.json": tokenizer_config})
+
+
 # Presets whose layer count --layers may change.
 LAYERED_PRESETS = ("bench-dense", "deepseek-v3")
 # Presets whose projection/embedding dtype --weights-dtype may change.
@@ -567,6 +623,8 @@ PRESETS = {
     "llama3-tiny": preset_llama3_tiny,
     "phi3-tiny": preset_phi3_tiny,
     "llama2-tiny": preset_llama2_tiny,
+    "gemma2-tiny": lambda tie, shards, **kw: preset_gemma("gemma2", tie, shards, **kw),
+    "gemma3-tiny": lambda tie, shards, **kw: preset_gemma("gemma3", tie, shards, **kw),
     # Rows of whole 256-element super-blocks and 8 layers: the Q4_K_M view's K-quants and its
     # per-layer choices (use_more_bits), not only its block-size fallbacks.
     "llama3-kquant": lambda tie, shards, **kw: preset_llama3_tiny(tie, shards, h=256, inter=512,
@@ -592,11 +650,11 @@ def byte_level_alphabet():
     return [chr(c) for c in cs]
 
 
-def sentencepiece_model():
+def sentencepiece_model(specials=(("<unk>", 2), ("<s>", 3), ("</s>", 3))):
     """A SentencePiece ModelProto (tokenizer.model) written field by field: pieces {1: text,
-    2: score, 3: type} with <unk> (UNKNOWN), <s> and </s> (CONTROL), <0x00>..<0xFF> (BYTE),
-    then word pieces (NORMAL, scores falling with rank, one USER_DEFINED); a BPE trainer spec and
-    a normalizer spec that adds the dummy prefix."""
+    2: score, 3: type}: the specials (Llama's <unk> UNKNOWN, <s> and </s> CONTROL by default),
+    <0x00>..<0xFF> (BYTE), then word pieces (NORMAL, scores falling with rank, one
+    USER_DEFINED); a BPE trainer spec and a normalizer spec that adds the dummy prefix."""
     def varint(v):
         out = bytearray()
         while True:
@@ -616,7 +674,7 @@ def sentencepiece_model():
              "\u2581tokens", "\u2581New", "\u2581l", "ine", "\u2581line", "\u258112", "34",
              "5", "\u2581the", "in", "er", "an", "\u2581a", "on", "re", "en", "at", "\u2581s",
              "es", "\u2581o", "ing", "<sep>"]
-    pieces = [("<unk>", 0.0, 2), ("<s>", 0.0, 3), ("</s>", 0.0, 3)]
+    pieces = [(text, 0.0, kind) for text, kind in specials]
     pieces += [("<0x%02X>" % b, 0.0, 6) for b in range(256)]
     pieces += [(w, -float(i), 4 if w == "<sep>" else 1) for i, w in enumerate(words)]
     proto = b""

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Reference forward pass of a small LLaMA-family, Qwen2/Qwen3 or Phi-3 safetensors model, in plain
+"""Reference forward pass of a small LLaMA-family, Qwen2/Qwen3, Phi-3 or Gemma 2/3 safetensors model, in plain
 Python (no numpy, no torch), for the GGUF view tests: the logits llama.cpp computes from a
 mounted .gguf must match these, computed from the shards as transformers defines the model
 (rotate-half RoPE on the unpermuted Q/K weights, llama3 frequency scaling, grouped-query
@@ -103,12 +103,93 @@ def rope(x, position, inv):
     return out
 
 
+def gelu_tanh(x):
+    return 0.5 * x * (1.0 + math.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)))
+
+
+def gemma_forward(config, t, tokens):
+    """Gemma 2 / Gemma 3 (transformers' modeling_gemma2/3): embeddings times sqrt(hidden),
+    RMSNorm as x * (1 + w), norms before and after the attention and the MLP, GELU (tanh)
+    gating, queries scaled by query_pre_attn_scalar^-0.5; Gemma 2's attention and final logit
+    soft-capping; Gemma 3's q/k norms and RoPE base per layer (rope_local_base_freq on sliding
+    layers, rope_theta on every sliding_window_pattern-th). Prompts are shorter than the
+    sliding window, so no mask beyond the causal one."""
+    gemma3 = config["architectures"][0].startswith("Gemma3")
+    hidden, heads = config["hidden_size"], config["num_attention_heads"]
+    kv_heads, head_dim = config.get("num_key_value_heads", heads), config["head_dim"]
+    eps = config.get("rms_norm_eps", 1e-6)
+    scale = config.get("query_pre_attn_scalar", head_dim) ** -0.5
+    attn_cap = config.get("attn_logit_softcapping")
+    final_cap = config.get("final_logit_softcapping")
+    pattern = config.get("sliding_window_pattern", 6)
+
+    def norm(x, name):
+        return rms_norm(x, [1.0 + w for w in t[name][1]], eps)
+
+    embed = rows(t["model.embed_tokens.weight"])
+    xs = [[v * math.sqrt(hidden) for v in embed[tok]] for tok in tokens]
+    for layer in range(config["num_hidden_layers"]):
+        p = "model.layers.%d." % layer
+        if gemma3:
+            glob = (layer + 1) % pattern == 0
+            theta = config.get("rope_theta", 1e6) if glob else config.get("rope_local_base_freq", 1e4)
+        else:
+            theta = config.get("rope_theta", 1e4)
+        inv = [1.0 / theta ** (2 * i / head_dim) for i in range(head_dim // 2)]
+        wq, wk, wv = (rows(t[p + "self_attn.%s_proj.weight" % n]) for n in "qkv")
+        wo = rows(t[p + "self_attn.o_proj.weight"])
+        queries, keys, values = [], [], []
+        for pos, x in enumerate(xs):
+            h = norm(x, p + "input_layernorm.weight")
+            q, k, v = matvec(wq, h), matvec(wk, h), matvec(wv, h)
+            qh = [q[i * head_dim:(i + 1) * head_dim] for i in range(heads)]
+            kh = [k[i * head_dim:(i + 1) * head_dim] for i in range(kv_heads)]
+            if gemma3:
+                qh = [norm(x_, p + "self_attn.q_norm.weight") for x_ in qh]
+                kh = [norm(x_, p + "self_attn.k_norm.weight") for x_ in kh]
+            queries.append([rope(x_, pos, inv) for x_ in qh])
+            keys.append([rope(x_, pos, inv) for x_ in kh])
+            values.append([v[i * head_dim:(i + 1) * head_dim] for i in range(kv_heads)])
+        group = heads // kv_heads
+        for pos in range(len(xs)):
+            attended = []
+            for hd in range(heads):
+                kvh = hd // group
+                scores = [sum(a * b for a, b in zip(queries[pos][hd], keys[j][kvh])) * scale
+                          for j in range(pos + 1)]
+                if attn_cap:
+                    scores = [math.tanh(s_ / attn_cap) * attn_cap for s_ in scores]
+                top = max(scores)
+                weights = [math.exp(s_ - top) for s_ in scores]
+                total = sum(weights)
+                out = [0.0] * head_dim
+                for j, w in enumerate(weights):
+                    for d in range(head_dim):
+                        out[d] += w / total * values[j][kvh][d]
+                attended += out
+            a = norm(matvec(wo, attended), p + "post_attention_layernorm.weight")
+            xs[pos] = [x_ + y for x_, y in zip(xs[pos], a)]
+        wg, wu, wd = (rows(t[p + "mlp.%s_proj.weight" % n]) for n in ("gate", "up", "down"))
+        for pos in range(len(xs)):
+            h = norm(xs[pos], p + "pre_feedforward_layernorm.weight")
+            act = [gelu_tanh(g) * u for g, u in zip(matvec(wg, h), matvec(wu, h))]
+            m = norm(matvec(wd, act), p + "post_feedforward_layernorm.weight")
+            xs[pos] = [x_ + y for x_, y in zip(xs[pos], m)]
+    logits = [matvec(embed, norm(x, "model.norm.weight")) for x in xs]
+    if final_cap:
+        logits = [[math.tanh(v / final_cap) * final_cap for v in row] for row in logits]
+    return logits
+
+
 def main():
     model_dir = sys.argv[1]
     tokens = [int(t) for t in sys.argv[2:]]
     with open(os.path.join(model_dir, "config.json"), encoding="utf-8") as f:
         config = json.load(f)
     t = read_tensors(model_dir)
+    if config["architectures"][0].startswith("Gemma"):
+        json.dump({"logits": gemma_forward(config, t, tokens)}, sys.stdout)
+        return
     hidden = config["hidden_size"]
     heads = config["num_attention_heads"]
     kv_heads = config.get("num_key_value_heads", heads)

@@ -280,6 +280,87 @@ TEST(GgufTensorsTest, NamesMapDropOrRefuseAsTheConverterDoes) {
       << "Phi-3's tensor map has no separate gate";
   EXPECT_THROW(GgufTensorName(llama, "model.layers.0.self_attn.qkv_proj.weight"), FormatError);
   EXPECT_THROW(Config("GPTNeoXForCausalLM"), FormatError);
+  const GgufConfig gemma2 = Config("Gemma2ForCausalLM");
+  const GgufConfig gemma3 = Config("Gemma3ForConditionalGeneration");
+  EXPECT_EQ(GgufTensorName(gemma2, "lm_head.weight"), std::nullopt) << "llama.cpp ties it";
+  EXPECT_EQ(GgufTensorName(gemma2, "model.layers.1.post_attention_layernorm.weight"),
+            "blk.1.post_attention_norm.weight");
+  EXPECT_EQ(GgufTensorName(gemma2, "model.layers.1.pre_feedforward_layernorm.weight"),
+            "blk.1.ffn_norm.weight");
+  EXPECT_EQ(GgufTensorName(gemma2, "model.layers.1.post_feedforward_layernorm.weight"),
+            "blk.1.post_ffw_norm.weight");
+  EXPECT_THROW(GgufTensorName(gemma2, "model.layers.0.self_attn.q_norm.weight"), FormatError);
+  EXPECT_EQ(GgufTensorName(gemma3, "model.language_model.layers.0.self_attn.q_norm.weight"),
+            "blk.0.attn_q_norm.weight");
+  EXPECT_EQ(GgufTensorName(gemma3, "model.vision_tower.vision_model.encoder.layers.0.mlp.fc1.weight"),
+            std::nullopt);
+  EXPECT_EQ(GgufTensorName(gemma3, "model.multi_modal_projector.mm_input_projection_weight"),
+            std::nullopt);
+  EXPECT_EQ(gemma3.head_dim, 256u) << "Gemma3TextConfig's default head_dim";
+}
+
+// Gemma 2's own key list and Gemma 3's additions after the generic keys (§2.8).
+TEST(GgufArchTest, GemmaKeysAsTheConverterWritesThem) {
+  auto keys = [](const nlohmann::json& config) {
+    GgufMetadata kv;
+    AddArchitectureKeys(ParseGgufConfig(config.dump(), "config.json"), "g", 1, 1000, kv);
+    const FilePlan plan = BuildGgufPlan(kv, {}, {});
+    const GgufFile file = ReadGgufFile(
+        [&](uint64_t at, uint64_t n) { return plan.prefix.substr(at, n); }, plan.prefix.size(), "g.gguf");
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& [key, value] : file.kv) out.push_back({key, value});
+    return out;
+  };
+  const nlohmann::json gemma2 = keys({{"architectures", {"Gemma2ForCausalLM"}}, {"hidden_size", 2304},
+                                      {"intermediate_size", 9216}, {"num_hidden_layers", 26},
+                                      {"num_attention_heads", 8}, {"num_key_value_heads", 4}});
+  EXPECT_EQ(gemma2, nlohmann::json::parse(R"([
+      ["general.architecture", "gemma2"], ["general.type", "model"], ["general.name", "g"],
+      ["general.size_label", "1.0K"], ["gemma2.context_length", 8192],
+      ["gemma2.embedding_length", 2304], ["gemma2.block_count", 26],
+      ["gemma2.feed_forward_length", 9216], ["gemma2.attention.head_count", 8],
+      ["gemma2.attention.head_count_kv", 4],
+      ["gemma2.attention.layer_norm_rms_epsilon", 9.999999974752427e-07],
+      ["gemma2.attention.key_length", 256], ["gemma2.attention.value_length", 256],
+      ["general.file_type", 1], ["gemma2.attn_logit_softcapping", 50.0],
+      ["gemma2.final_logit_softcapping", 30.0], ["gemma2.attention.sliding_window", 4096],
+      ["general.quantization_version", 2]])"));
+  const nlohmann::json gemma3 = keys({{"architectures", {"Gemma3ForCausalLM"}}, {"hidden_size", 1152},
+                                      {"intermediate_size", 6912}, {"num_hidden_layers", 26},
+                                      {"num_attention_heads", 4}, {"num_key_value_heads", 1},
+                                      {"sliding_window", 512}, {"final_logit_softcapping", nullptr}});
+  std::vector<std::string> names;
+  for (const nlohmann::json& kv : gemma3) names.push_back(kv[0]);
+  EXPECT_EQ(names, (std::vector<std::string>{
+                       "general.architecture", "general.type", "general.name", "general.size_label",
+                       "gemma3.block_count", "gemma3.context_length", "gemma3.embedding_length",
+                       "gemma3.feed_forward_length", "gemma3.attention.head_count",
+                       "gemma3.attention.head_count_kv", "gemma3.rope.freq_base",
+                       "gemma3.rope.freq_base_swa", "gemma3.attention.layer_norm_rms_epsilon",
+                       "gemma3.attention.key_length", "gemma3.attention.value_length",
+                       "general.file_type", "gemma3.attention.sliding_window",
+                       "general.quantization_version"}));
+  EXPECT_EQ(gemma3[5][1], 131072);
+  EXPECT_EQ(gemma3[10][1], 1000000.0);
+  EXPECT_EQ(gemma3[11][1], 10000.0);
+  EXPECT_EQ(gemma3[16][1], 512);
+}
+
+// Gemma's norms: the codec writes 1 + w in F32 (from BF16 here).
+TEST(GgufTensorsTest, GemmaNormsAreStoredAsOnePlusTheWeight) {
+  TensorCodec codec;
+  codec.from = SourceDtype::kBF16;
+  codec.to = Encoding::kF32;
+  codec.add_one = true;
+  codec.cols = 3;
+  const uint8_t bf16[6] = {0x80, 0x3f, 0x00, 0xbf, 0x00, 0x00};  // 1.0, -0.5, 0.0
+  float values[3], out[3];
+  DecodeElements(codec, codec::BestKernels(), {0, 3}, bf16, nullptr, values);
+  std::vector<float> scratch;
+  EncodeUnits(codec, codec::BestKernels(), 0, 3, values, 0.0f, scratch, reinterpret_cast<uint8_t*>(out));
+  EXPECT_EQ(out[0], 2.0f);
+  EXPECT_EQ(out[1], 0.5f);
+  EXPECT_EQ(out[2], 1.0f);
 }
 
 // Phi-3's own key list (§2.7): partial rotary dimensions, a null sliding window written as 0,
