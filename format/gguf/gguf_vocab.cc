@@ -18,6 +18,16 @@ constexpr const char* kQwen2Regex =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
     "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
+// o200k (GPT-4o, Phi-4-mini, Llama 4) and Mistral's tekken: words split at case changes.
+constexpr const char* kGpt4oRegex =
+    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?)"
+    R"(|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?)"
+    R"(|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+constexpr const char* kTekkenRegex =
+    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+)"
+    R"(|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*)"
+    R"(|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
 enum TokenType : int32_t { kNormal = 1, kControl = 3, kUserDefined = 4, kUnused = 5 };
 
 bool IsType(const nlohmann::json& j, const char* type) {
@@ -80,6 +90,8 @@ PreTokenizer ClassifyPreTokenizer(const nlohmann::json& tokenizer) {
       const std::string regex = parts[0]["pattern"]["Regex"];
       if (regex == kLlama3Regex) return {ignore_merges ? "llama-bpe" : "dbrx", ""};
       if (regex == kQwen2Regex) return {"qwen2", ""};
+      if (regex == kGpt4oRegex) return {"gpt-4o", ""};
+      if (regex == kTekkenRegex) return {"tekken", ""};
       return {"", "its Split regex " + nlohmann::json(regex).dump() +
                       " is not one aprfs maps to a llama.cpp pre-tokenizer"};
     }

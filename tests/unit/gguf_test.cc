@@ -453,6 +453,16 @@ TEST(GgufVocabTest, PreTokenizersAreKnownByTheirStructure) {
   EXPECT_EQ(ClassifyPreTokenizer(SplitThenByteLevel(qwen2, false)).name, "qwen2");
   EXPECT_EQ(ClassifyPreTokenizer({{"pre_tokenizer", {{"type", "ByteLevel"}, {"use_regex", true}}}}).name,
             "gpt-2");
+  // o200k and tekken, as llama.cpp's vocabulary code quotes them from tokenizer.json.
+  const std::string upper = R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+)";
+  const std::string lower = R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*)";
+  const std::string contractions = "(?i:'s|'t|'re|'ve|'m|'ll|'d)?";
+  const std::string tail = R"( ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+  EXPECT_EQ(ClassifyPreTokenizer(SplitThenByteLevel(upper + contractions + "|" + lower + contractions +
+                                                        R"(|\p{N}{1,3}|)" + tail, false)).name,
+            "gpt-4o");
+  EXPECT_EQ(ClassifyPreTokenizer(SplitThenByteLevel(upper + "|" + lower + R"(|\p{N}|)" + tail, true)).name,
+            "tekken");
   PreTokenizer unknown = ClassifyPreTokenizer(SplitThenByteLevel("\\s+", false));
   EXPECT_EQ(unknown.name, "");
   EXPECT_NE(unknown.reason.find("\\\\s+"), std::string::npos) << unknown.reason;
