@@ -1,6 +1,6 @@
 // Single-thread throughput of the GGUF views' ggml encoders as a view runs them (TensorCodec:
-// BF16 source widened, rounded to f16 as llama-quantize reads the converter's F16 file, then
-// encoded block by block; with the scalar kernels and with the best instruction set's, whose
+// BF16 source widened, rounded to f16 as llama-quantize reads the converter's F16 file (all
+// but Q8_0, which the Q8_0 view encodes from the source values), then encoded block by block; with the scalar kernels and with the best instruction set's, whose
 // K-quant fits run one sub-block per lane), against ggml's own quantize_row_*_ref from a libggml-base.so (the
 // one node-llama-cpp ships: llama-quantize's code without an importance matrix) on the same
 // f32 values, in one run. Weights: N(0, 0.02) rounded to BF16. Figures are MB/s of BF16 source
@@ -84,7 +84,9 @@ int main(int argc, char** argv) {
     codec.from = aprfs::SourceDtype::kBF16;
     codec.to = f.encoding;
     codec.cols = row;
-    codec.round_to_f16 = true;
+    // Q8_0 is the NAME.Q8_0.gguf view's (from the source values); the others come in the
+    // Q4_K_M view, which rounds to f16 first.
+    codec.round_to_f16 = f.encoding != Encoding::kGgmlQ8_0;
     std::vector<uint8_t> out(aprfs::EncodedSize(codec) * (n / row));
     std::vector<float> values(row), scratch;
     auto ours = [&](const aprfs::codec::CodecKernels& kernels) {

@@ -27,7 +27,9 @@ struct CodecKernels {
   // Encoders (f32 in):
   void (*q4k_blocks)(const float* x, size_t blocks, uint8_t* out);  // blocks*256 in, blocks*144 out
   void (*q6k_blocks)(const float* x, size_t blocks, uint8_t* out);  // 210 bytes per block
-  // ggml's own K-quants (ggml_quants.h; GGUF views): 144, 176 and 210 bytes per block.
+  // ggml's own quantizers (ggml_quants.h; GGUF views): Q8_0 (32 in, 34 bytes out), and the
+  // K-quants (256 in; 144, 176 and 210 bytes out).
+  void (*ggml_q8_0_blocks)(const float* x, size_t blocks, uint8_t* out);
   void (*ggml_q4k_blocks)(const float* x, size_t blocks, uint8_t* out);
   void (*ggml_q5k_blocks)(const float* x, size_t blocks, uint8_t* out);
   void (*ggml_q6k_blocks)(const float* x, size_t blocks, uint8_t* out);

@@ -242,6 +242,7 @@ constexpr CodecKernels kAvx2 = {
     .e4m3_scaled_to_bf16 = E4m3ScaledToBf16,
     .q4k_blocks = EachSuperBlock<Q4kBlock, kQ4kBlockBytes>,
     .q6k_blocks = EachSuperBlock<Q6kBlock, kQ6kBlockBytes>,
+    .ggml_q8_0_blocks = GgmlQ8_0BlocksAvx2,
     .ggml_q4k_blocks = GgmlQ4KBlocksAvx2,
     .ggml_q5k_blocks = GgmlQ5KBlocksAvx2,
     .ggml_q6k_blocks = GgmlQ6KBlocksAvx2,

@@ -31,7 +31,9 @@ const CodecKernels& ScalarKernels();
 #if defined(__x86_64__)
 const CodecKernels& Avx2Kernels();
 const CodecKernels& Avx512Kernels();
-// ggml's K-quants with the sub-block fits on 8 lanes (ggml_fit_avx2.cc).
+// ggml's quantizers on AVX2 (ggml_quants_avx2.cc): Q8_0, and the K-quants with their sub-block
+// fits on 8 lanes.
+void GgmlQ8_0BlocksAvx2(const float* x, size_t blocks, uint8_t* out);
 void GgmlQ4KBlocksAvx2(const float* x, size_t blocks, uint8_t* out);
 void GgmlQ5KBlocksAvx2(const float* x, size_t blocks, uint8_t* out);
 void GgmlQ6KBlocksAvx2(const float* x, size_t blocks, uint8_t* out);

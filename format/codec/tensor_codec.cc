@@ -31,7 +31,7 @@ struct GgmlBlockCodec {
 GgmlBlockCodec GgmlBlock(Encoding encoding, const codec::CodecKernels* kernels = nullptr) {
   using namespace codec;
   switch (encoding) {
-    case Encoding::kGgmlQ8_0: return {32, kGgmlQ8_0Bytes, EachBlock<EncodeGgmlQ8_0BlockRef, 32, kGgmlQ8_0Bytes>};
+    case Encoding::kGgmlQ8_0: return {32, kGgmlQ8_0Bytes, kernels ? kernels->ggml_q8_0_blocks : nullptr};
     case Encoding::kGgmlQ5_0: return {32, kGgmlQ5_0Bytes, EachBlock<EncodeGgmlQ5_0BlockRef, 32, kGgmlQ5_0Bytes>};
     case Encoding::kGgmlQ4K: return {256, kGgmlQ4KBytes, kernels ? kernels->ggml_q4k_blocks : nullptr};
     case Encoding::kGgmlQ5K: return {256, kGgmlQ5KBytes, kernels ? kernels->ggml_q5k_blocks : nullptr};
@@ -227,8 +227,14 @@ void EncodeUnits(const TensorCodec& codec, const codec::CodecKernels& kernels, u
       // Whole blocks (a GGUF row is whole blocks); a short last one of a flat tensor is padded.
       const GgmlBlockCodec block = GgmlBlock(codec.to, &kernels);
       const uint64_t first = UnitSource(codec, first_unit).first;
+      // Whole blocks that need no rounding are encoded where they are (a piece is 1 x N, so its
+      // blocks lie back to back); a short last block, or values to round, go through `x`.
+      uint64_t whole = end_unit - first_unit;
+      if (codec.round_to_f16) whole = 0;
+      while (whole > 0 && UnitSource(codec, first_unit + whole - 1).count < block.elements) --whole;
+      block.encode(values, whole, out);
       float x[256];
-      for (uint64_t unit = first_unit; unit < end_unit; ++unit) {
+      for (uint64_t unit = first_unit + whole; unit < end_unit; ++unit) {
         const ElementRange source = UnitSource(codec, unit);
         std::fill(x, x + block.elements, 0.0f);
         std::memcpy(x, values + (source.first - first), source.count * sizeof(float));

@@ -169,6 +169,19 @@ void ExpectSuperBlocksEqual(void (*CodecKernels::*kernel)(const float*, size_t, 
 
 TEST(CodecKernels, Q4kSimdEqualsScalar) { ExpectSuperBlocksEqual(&CodecKernels::q4k_blocks, kQ4kBlockBytes); }
 TEST(CodecKernels, Q6kSimdEqualsScalar) { ExpectSuperBlocksEqual(&CodecKernels::q6k_blocks, kQ6kBlockBytes); }
+TEST(CodecKernels, GgmlQ8_0SimdEqualsScalar) {
+  // 8 blocks of 32 per 256-element "super-block" of the families.
+  const std::vector<float>& x = Blocks();
+  const size_t blocks = x.size() / 32;
+  std::vector<uint8_t> want(blocks * kGgmlQ8_0Bytes);
+  Scalar().ggml_q8_0_blocks(x.data(), blocks, want.data());
+  for (Isa isa : SimdIsas()) {
+    SCOPED_TRACE(IsaName(isa));
+    std::vector<uint8_t> got(want.size());
+    Kernels(isa).ggml_q8_0_blocks(x.data(), blocks, got.data());
+    EXPECT_EQ(FirstDifference(want, got, kGgmlQ8_0Bytes, x.data(), 32), "");
+  }
+}
 TEST(CodecKernels, GgmlQ4kSimdEqualsScalar) {
   ExpectSuperBlocksEqual(&CodecKernels::ggml_q4k_blocks, kGgmlQ4KBytes);
 }

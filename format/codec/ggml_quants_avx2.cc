@@ -1,4 +1,5 @@
-// The K-quant fits of ggml_quants.h on AVX2, one lane per sub-block: lane j runs sub-block j's
+// ggml's quantizers (ggml_quants.h) on AVX2. Q8_0: one block of 32 in four vectors. The K-quant
+// fits, one lane per sub-block: lane j runs sub-block j's
 // loops element after element, with the reference's operations in the reference's order (IEEE
 // division and square root, no FMA: "fma" is not in the target; comparisons that are false for
 // NaN where the reference's `<`/`>` are), so every lane computes exactly the reference's bits.
@@ -8,6 +9,7 @@
 
 #include <cmath>
 
+#include "format/codec/block_layout.h"
 #include "format/codec/ggml_quants.h"
 #include "format/codec/kernels_isa.h"
 #include "format/codec/simd_avx2.h"
@@ -190,7 +192,46 @@ APRFS_AVX2 void FitQ6K(const float* x, float scales[16], int8_t L[256]) {
   FitQxEight(x + 128, scales + 8, L + 128);
 }
 
+// One Q8_0 block: max |x|, d = max / 127, q = round(x * (1 / d)) half away from zero. A block
+// with a NaN, or whose x / d leave [-127.5, 127.5] (a subnormal d: 1 / d overflows), goes to the
+// reference: ggml's running MAX lets a NaN through position-dependently, and C's float-to-int8
+// conversion of an out-of-range value is the x86 one (low byte of 0x80000000).
+APRFS_AVX2 void Q8_0Block(const float* x, uint8_t* out) {
+  __m256 v[4];
+  __m256 amax = _mm256_setzero_ps(), nan = _mm256_setzero_ps();
+  for (int k = 0; k < 4; ++k) {
+    v[k] = _mm256_loadu_ps(x + 8 * k);
+    amax = _mm256_max_ps(amax, Abs(v[k]));
+    nan = _mm256_or_ps(nan, _mm256_cmp_ps(v[k], v[k], _CMP_UNORD_Q));
+  }
+  if (_mm256_movemask_ps(nan) != 0) return EncodeGgmlQ8_0BlockRef(x, out);
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, amax);
+  float m = 0.0f;
+  for (float lane : lanes) m = m > lane ? m : lane;
+  const float d = m / 127.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  __m256 scaled[4];
+  __m256 inside = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
+  for (int k = 0; k < 4; ++k) {
+    scaled[k] = _mm256_mul_ps(v[k], _mm256_set1_ps(id));
+    inside = _mm256_and_ps(inside, _mm256_cmp_ps(Abs(scaled[k]), _mm256_set1_ps(127.5f), _CMP_LE_OQ));
+  }
+  if (_mm256_movemask_ps(inside) != 0xFF) return EncodeGgmlQ8_0BlockRef(x, out);
+  StoreLe16(out, GgmlFp16(d));
+  alignas(32) int32_t q[32];
+  for (int k = 0; k < 4; ++k) {
+    _mm256_store_si256(reinterpret_cast<__m256i*>(q + 8 * k),
+                       RoundClampSigned(scaled[k], _mm256_set1_ps(-128.0f), _mm256_set1_ps(127.0f)));
+  }
+  for (int j = 0; j < 32; ++j) out[2 + j] = static_cast<uint8_t>(q[j]);
+}
+
 }  // namespace
+
+void GgmlQ8_0BlocksAvx2(const float* x, size_t blocks, uint8_t* out) {
+  for (size_t b = 0; b < blocks; ++b) Q8_0Block(x + 32 * b, out + kGgmlQ8_0Bytes * b);
+}
 
 void GgmlQ4KBlocksAvx2(const float* x, size_t blocks, uint8_t* out) {
   for (size_t b = 0; b < blocks; ++b) EncodeGgmlQ4KBlock(FitKQuant, x + 256 * b, out + kGgmlQ4KBytes * b);
