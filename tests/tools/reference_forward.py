@@ -103,6 +103,34 @@ def rope(x, position, inv):
     return out
 
 
+def attention(queries, keys, values, scale, cap=None):
+    """Causal grouped-query attention: per position, every query head over the keys and values
+    of its KV head up to that position; scores times `scale`, soft-capped by `cap` if given.
+    Returns the heads' outputs concatenated, per position."""
+    heads, kv_heads = len(queries[0]), len(keys[0])
+    head_dim = len(values[0][0])
+    group = heads // kv_heads
+    out_rows = []
+    for pos in range(len(queries)):
+        attended = []
+        for hd in range(heads):
+            kvh = hd // group
+            scores = [sum(a * b for a, b in zip(queries[pos][hd], keys[j][kvh])) * scale
+                      for j in range(pos + 1)]
+            if cap:
+                scores = [math.tanh(s / cap) * cap for s in scores]
+            top = max(scores)
+            weights = [math.exp(s - top) for s in scores]
+            total = sum(weights)
+            out = [0.0] * head_dim
+            for j, w in enumerate(weights):
+                for d in range(head_dim):
+                    out[d] += w / total * values[j][kvh][d]
+            attended += out
+        out_rows.append(attended)
+    return out_rows
+
+
 def gelu_tanh(x):
     return 0.5 * x * (1.0 + math.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)))
 
@@ -150,23 +178,7 @@ def gemma_forward(config, t, tokens):
             queries.append([rope(x_, pos, inv) for x_ in qh])
             keys.append([rope(x_, pos, inv) for x_ in kh])
             values.append([v[i * head_dim:(i + 1) * head_dim] for i in range(kv_heads)])
-        group = heads // kv_heads
-        for pos in range(len(xs)):
-            attended = []
-            for hd in range(heads):
-                kvh = hd // group
-                scores = [sum(a * b for a, b in zip(queries[pos][hd], keys[j][kvh])) * scale
-                          for j in range(pos + 1)]
-                if attn_cap:
-                    scores = [math.tanh(s_ / attn_cap) * attn_cap for s_ in scores]
-                top = max(scores)
-                weights = [math.exp(s_ - top) for s_ in scores]
-                total = sum(weights)
-                out = [0.0] * head_dim
-                for j, w in enumerate(weights):
-                    for d in range(head_dim):
-                        out[d] += w / total * values[j][kvh][d]
-                attended += out
+        for pos, attended in enumerate(attention(queries, keys, values, scale, attn_cap)):
             a = norm(matvec(wo, attended), p + "post_attention_layernorm.weight")
             xs[pos] = [x_ + y for x_, y in zip(xs[pos], a)]
         wg, wu, wd = (rows(t[p + "mlp.%s_proj.weight" % n]) for n in ("gate", "up", "down"))
@@ -226,21 +238,7 @@ def main():
             queries.append([rope(x, pos, inv) for x in qh])
             keys.append([rope(x, pos, inv) for x in kh])
             values.append([v[i * head_dim:(i + 1) * head_dim] for i in range(kv_heads)])
-        group = heads // kv_heads
-        for pos in range(len(xs)):
-            attended = []
-            for hd in range(heads):
-                kvh = hd // group
-                scores = [sum(a * b for a, b in zip(queries[pos][hd], keys[j][kvh])) / math.sqrt(head_dim)
-                          for j in range(pos + 1)]
-                top = max(scores)
-                weights = [math.exp(s - top) for s in scores]
-                total = sum(weights)
-                out = [0.0] * head_dim
-                for j, w in enumerate(weights):
-                    for d in range(head_dim):
-                        out[d] += w / total * values[j][kvh][d]
-                attended += out
+        for pos, attended in enumerate(attention(queries, keys, values, 1 / math.sqrt(head_dim))):
             xs[pos] = [a + b for a, b in zip(xs[pos], matvec(wo, attended))]
         if p + "mlp.gate_up_proj.weight" in t:  # Phi-3: gate rows, then up rows (chunk(2))
             gate_up = rows(t[p + "mlp.gate_up_proj.weight"])
