@@ -1,7 +1,7 @@
 // The GGUF views, checked by llama.cpp itself (node-llama-cpp's prebuilt CPU build) and parsed
-// by @huggingface/gguf: every outtype of generated Qwen2-, Llama-3-, Llama-2- (SentencePiece
-// tokenizer.model), Phi-4-, Gemma-2- and Gemma-3-shaped models loads through the mount,
-// tokenizes and detokenizes a text back to itself, and its logits for that text match an
+// by @huggingface/gguf: every outtype of generated Qwen2-, Qwen3-, Llama-3-, Llama-2-
+// (SentencePiece tokenizer.model), Phi-4-, Gemma-2- and Gemma-3-shaped models loads through the
+// mount, tokenizes and detokenizes a text back to itself, and its logits for that text match an
 // independent forward pass of the safetensors model (tests/tools/reference_forward.py,
 // transformers' definition: a wrong Q/K row permutation, RoPE factor, bias, norm offset or
 // conversion moves them by far more than the tolerances). Plus: every read path gives the same
@@ -126,6 +126,7 @@ TEST_P(GgufViewTest, LlamaCppLoadsEveryOuttypeAndItsLogitsMatchTheReference) {
 INSTANTIATE_TEST_SUITE_P(
     GgufModels, GgufViewTest,
     ::testing::Values(GgufCase{"qwen2", "qwen2-tiny", "qwen2", 26},
+                      GgufCase{"qwen3", "qwen3-tiny", "qwen3", 24},
                       GgufCase{"llama3", "llama3-tiny", "llama", 22},
                       GgufCase{"llama2", "llama2-tiny", "llama", 21},
                       GgufCase{"phi3", "phi3-tiny", "phi3", 15},

@@ -475,6 +475,37 @@ def preset_qwen2_tiny(tie, shards, wdtype="BF16"):
     return Preset(tensors, config, tok, 2, values="lively")
 
 
+def preset_qwen3_tiny(tie, shards, wdtype="BF16"):
+    """Qwen3-shaped, for the GGUF views: q/k RMS norms per head, a head size other than
+    hidden / heads (config.json's head_dim), no biases, tied embeddings, Qwen2's tokenizer."""
+    h, inter, layers, heads, kv, head_dim, n_tokens, vocab = 64, 160, 2, 4, 2, 32, 256 + 48 + 3, 320
+    tensors = [Tensor("model.embed_tokens.weight", wdtype, [vocab, h])]
+    for i in range(layers):
+        p = "model.layers.%d." % i
+        tensors += [
+            Tensor(p + "self_attn.q_proj.weight", wdtype, [heads * head_dim, h]),
+            Tensor(p + "self_attn.k_proj.weight", wdtype, [kv * head_dim, h]),
+            Tensor(p + "self_attn.v_proj.weight", wdtype, [kv * head_dim, h]),
+            Tensor(p + "self_attn.o_proj.weight", wdtype, [h, heads * head_dim]),
+            Tensor(p + "self_attn.q_norm.weight", wdtype, [head_dim]),
+            Tensor(p + "self_attn.k_norm.weight", wdtype, [head_dim]),
+            Tensor(p + "mlp.gate_proj.weight", wdtype, [inter, h]),
+            Tensor(p + "mlp.up_proj.weight", wdtype, [inter, h]),
+            Tensor(p + "mlp.down_proj.weight", wdtype, [h, inter]),
+            Tensor(p + "input_layernorm.weight", wdtype, [h]),
+            Tensor(p + "post_attention_layernorm.weight", wdtype, [h]),
+        ]
+    tensors.append(Tensor("model.norm.weight", wdtype, [h]))
+    config = llama_config(h, inter, layers, heads, kv, vocab, True, bos=n_tokens - 3,
+                          eos=n_tokens - 2)
+    config.update({"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3",
+                   "head_dim": head_dim, "max_position_embeddings": 512,
+                   "rope_theta": 1000000.0, "sliding_window": None, "use_sliding_window": False})
+    tok = dict(vocab_size=n_tokens, n_merges=48,
+               specials=["<|endoftext|>", "<|im_start|>", "<|im_end|>"], split_regex=QWEN2_REGEX)
+    return Preset(tensors, config, tok, 2, values="lively")
+
+
 def preset_llama3_tiny(tie, shards, wdtype="BF16", h=64, inter=160, layers=2):
     """Llama-3-shaped, for the GGUF views: grouped-query attention (the Q/K row permutation
     with different head counts), llama3 RoPE scaling (the generated rope_freqs tensor), an
@@ -620,6 +651,7 @@ PRESETS = {
     "phi4": preset_phi4,
     "many-shards": preset_many_shards,
     "qwen2-tiny": preset_qwen2_tiny,
+    "qwen3-tiny": preset_qwen3_tiny,
     "llama3-tiny": preset_llama3_tiny,
     "phi3-tiny": preset_phi3_tiny,
     "llama2-tiny": preset_llama2_tiny,
