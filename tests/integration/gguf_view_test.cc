@@ -191,6 +191,11 @@ TEST_P(GgufQuantizeTest, Q4_K_MIsWhatLlamaQuantizeMakesOfTheF16View) {
   json run = RunLlamaCpp(MP("m.Q4_K_M.gguf"));
   json reference = RunLlamaCpp(quantized);
   ASSERT_TRUE(run.contains("logits") && reference.contains("logits"));
+  ProcResult hub = RunCommand({"node", ToolsDir() + "/gguf_parse.mjs", MP("m.Q4_K_M.gguf")}, 60s);
+  ASSERT_EQ(hub.exit_code, 0) << "@huggingface/gguf cannot parse it: " << hub.Describe();
+  json parsed = json::parse(hub.out, nullptr, false);
+  ASSERT_TRUE(parsed.is_object()) << hub.Describe();
+  EXPECT_EQ(parsed["tensors"], run["tensors"]) << "@huggingface/gguf and llama.cpp disagree";
   EXPECT_EQ(run["tokens"], reference["tokens"]);
   EXPECT_EQ(run["detokenized"], kText);
   EXPECT_EQ(run["logits"], reference["logits"]) << "llama.cpp computes other logits";
