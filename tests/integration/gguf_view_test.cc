@@ -1,6 +1,7 @@
 // The GGUF views, checked by llama.cpp itself (node-llama-cpp's prebuilt CPU build) and parsed
 // by @huggingface/gguf: every outtype of generated Qwen2-, Qwen3-, Llama-3-, Llama-2-
-// (SentencePiece tokenizer.model), Phi-4-, Gemma-2- and Gemma-3-shaped models loads through the
+// (SentencePiece tokenizer.model), Phi-4-, Phi-4-mini- (partial rotary, long-context RoPE
+// factors, o200k pre-tokenizer), Gemma-2- and Gemma-3-shaped models loads through the
 // mount, tokenizes and detokenizes a text back to itself, and its logits for that text match an
 // independent forward pass of the safetensors model (tests/tools/reference_forward.py,
 // transformers' definition: a wrong Q/K row permutation, RoPE factor, bias, norm offset or
@@ -130,6 +131,7 @@ INSTANTIATE_TEST_SUITE_P(
                       GgufCase{"llama3", "llama3-tiny", "llama", 22},
                       GgufCase{"llama2", "llama2-tiny", "llama", 21},
                       GgufCase{"phi3", "phi3-tiny", "phi3", 15},
+                      GgufCase{"phi4mini", "phi4mini-tiny", "phi3", 16},
                       GgufCase{"gemma2", "gemma2-tiny", "gemma2", 24},
                       GgufCase{"gemma3", "gemma3-tiny", "gemma3", 80}),
     [](const auto& info) { return info.param.name; });

@@ -450,6 +450,11 @@ LLAMA3_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,
                 r"?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 QWEN2_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| "
                r"?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+# o200k (GPT-4o, Phi-4-mini): words split at case changes, contractions kept with them.
+O200K_REGEX = (r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+"
+               r"(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+"
+               r"[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+"
+               r"[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 
 
 def preset_qwen2_tiny(tie, shards, wdtype="BF16"):
@@ -521,6 +526,49 @@ def preset_llama3_tiny(tie, shards, wdtype="BF16", h=64, inter=160, layers=2):
     tok = dict(vocab_size=vocab, n_merges=48, specials=["<|begin_of_text|>", "<|end_of_text|>"],
                split_regex=LLAMA3_REGEX, ignore_merges=True, bos_template="<|begin_of_text|>")
     return Preset(tensors, config, tok, 2, values="lively")
+
+
+def preset_phi4mini_tiny(tie, shards, wdtype="BF16"):
+    """Phi-4-mini-shaped, for the GGUF views: Phi-3's fused projections with a partial rotary
+    factor of 0.75, long-context RoPE (longrope: short and long factors, an attention factor from
+    131072 / 4096 positions), tied embeddings, and o200k's pre-tokenizer (llama.cpp's "gpt-4o")."""
+    h, inter, layers, heads, kv = 64, 160, 2, 4, 2
+    head_dim = h // heads
+    rot = int(0.75 * h) // heads  # 12 rotated dimensions per head
+    n_tokens, vocab = 256 + 48 + 3, 320
+    tensors = [Tensor("model.embed_tokens.weight", wdtype, [vocab, h])]
+    for i in range(layers):
+        p = "model.layers.%d." % i
+        tensors += [
+            Tensor(p + "self_attn.o_proj.weight", wdtype, [h, h]),
+            Tensor(p + "self_attn.qkv_proj.weight", wdtype, [(heads + 2 * kv) * head_dim, h]),
+            Tensor(p + "mlp.gate_up_proj.weight", wdtype, [2 * inter, h]),
+            Tensor(p + "mlp.down_proj.weight", wdtype, [h, inter]),
+            Tensor(p + "input_layernorm.weight", wdtype, [h]),
+            Tensor(p + "post_attention_layernorm.weight", wdtype, [h]),
+        ]
+    tensors.append(Tensor("model.norm.weight", wdtype, [h]))
+    rng = random.Random("phi4mini-factors")
+    config = {
+        "architectures": ["Phi3ForCausalLM"], "model_type": "phi3", "hidden_size": h,
+        "intermediate_size": inter, "num_hidden_layers": layers, "num_attention_heads": heads,
+        "num_key_value_heads": kv, "partial_rotary_factor": 0.75,
+        "max_position_embeddings": 131072, "original_max_position_embeddings": 4096,
+        "rms_norm_eps": 1e-05, "rope_theta": 10000.0,
+        "rope_scaling": {"type": "longrope",
+                         "long_factor": [round(1 + 3 * rng.random(), 4) for _ in range(rot // 2)],
+                         "short_factor": [round(1 + rng.random(), 4) for _ in range(rot // 2)]},
+        "sliding_window": 262144, "tie_word_embeddings": True, "vocab_size": vocab,
+        "bos_token_id": n_tokens - 3, "eos_token_id": n_tokens - 2, "hidden_act": "silu",
+        "torch_dtype": "bfloat16",
+    }
+    tok = dict(vocab_size=n_tokens, n_merges=48,
+               specials=["<|endoftext|>", "<|im_start|>", "<|im_end|>"], split_regex=O200K_REGEX)
+    tokenizer_config = {"tokenizer_class": "GPT2Tokenizer", "add_bos_token": False,
+                        "add_eos_token": False, "bos_token": "<|endoftext|>",
+                        "eos_token": "<|endoftext|>"}
+    return Preset(tensors, config, tok, 2, values="lively",
+                  extra_files={"tokenizer_config.json": tokenizer_config})
 
 
 def preset_phi3_tiny(tie, shards, wdtype="BF16"):
@@ -654,6 +702,7 @@ PRESETS = {
     "qwen3-tiny": preset_qwen3_tiny,
     "llama3-tiny": preset_llama3_tiny,
     "phi3-tiny": preset_phi3_tiny,
+    "phi4mini-tiny": preset_phi4mini_tiny,
     "llama2-tiny": preset_llama2_tiny,
     "gemma2-tiny": lambda tie, shards, **kw: preset_gemma("gemma2", tie, shards, **kw),
     "gemma3-tiny": lambda tie, shards, **kw: preset_gemma("gemma3", tie, shards, **kw),

@@ -91,12 +91,31 @@ def inv_frequencies(config, head_dim):
     return inv
 
 
-def rope(x, position, inv):
+def phi3_rope(config, head_dim):
+    """Phi-3's rotary embedding: the rotated dimensions (partial_rotary_factor of the head), and
+    for longrope the short factors (prompts shorter than original_max_position_embeddings)
+    dividing the frequencies, cos and sin scaled by the attention factor. Returns (inverse
+    frequencies, cos/sin scale)."""
+    dim = int(head_dim * config.get("partial_rotary_factor", 1.0))
+    theta = config.get("rope_theta", 10000.0)
+    inv = [1.0 / theta ** (2 * i / dim) for i in range(dim // 2)]
+    scaling = config.get("rope_scaling") or {}
+    if (scaling.get("rope_type") or scaling.get("type")) not in ("longrope", "su"):
+        return inv, 1.0
+    inv = [f / s for f, s in zip(inv, scaling["short_factor"])]
+    scale = config["max_position_embeddings"] / config["original_max_position_embeddings"]
+    mscale = math.sqrt(1 + math.log(scale) / math.log(config["original_max_position_embeddings"])) \
+        if scale > 1 else 1.0
+    return inv, mscale
+
+
+def rope(x, position, inv, mscale=1.0):
+    """Rotate-half RoPE on the first 2 * len(inv) dimensions; the rest pass through."""
     half = len(inv)
     out = list(x)
     for i in range(half):
         angle = position * inv[i]
-        c, s = math.cos(angle), math.sin(angle)
+        c, s = math.cos(angle) * mscale, math.sin(angle) * mscale
         a, b = x[i], x[i + half]
         out[i] = a * c - b * s
         out[i + half] = b * c + a * s
@@ -207,7 +226,11 @@ def main():
     kv_heads = config.get("num_key_value_heads", heads)
     head_dim = config.get("head_dim") or hidden // heads
     eps = config.get("rms_norm_eps", 1e-6)
-    inv = inv_frequencies(config, head_dim)
+    mscale = 1.0
+    if config["architectures"][0] == "Phi3ForCausalLM":
+        inv, mscale = phi3_rope(config, head_dim)
+    else:
+        inv = inv_frequencies(config, head_dim)
     embed = rows(t["model.embed_tokens.weight"])
     head = rows(t["lm_head.weight"]) if "lm_head.weight" in t else embed
 
@@ -235,8 +258,8 @@ def main():
             if p + "self_attn.q_norm.weight" in t:
                 qh = [rms_norm(x, get(p + "self_attn.q_norm.weight"), eps) for x in qh]
                 kh = [rms_norm(x, get(p + "self_attn.k_norm.weight"), eps) for x in kh]
-            queries.append([rope(x, pos, inv) for x in qh])
-            keys.append([rope(x, pos, inv) for x in kh])
+            queries.append([rope(x, pos, inv, mscale) for x in qh])
+            keys.append([rope(x, pos, inv, mscale) for x in kh])
             values.append([v[i * head_dim:(i + 1) * head_dim] for i in range(kv_heads)])
         for pos, attended in enumerate(attention(queries, keys, values, 1 / math.sqrt(head_dim))):
             xs[pos] = [a + b for a, b in zip(xs[pos], matvec(wo, attended))]
