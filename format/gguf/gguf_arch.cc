@@ -37,6 +37,13 @@ std::optional<float> Number(const nlohmann::json& json, std::initializer_list<co
   return static_cast<float>(value->get<double>());
 }
 
+// A count the converter reads unconditionally (its hparams[...] lookups): missing is an error.
+uint32_t NeededCount(const nlohmann::json& json, std::initializer_list<const char*> keys) {
+  std::optional<uint64_t> n = Count(json, keys, "config.json");
+  if (!n) throw FormatError(std::string("config.json: ") + *keys.begin() + " is missing: the converter needs it");
+  return static_cast<uint32_t>(*n);
+}
+
 // transformers' defaults for what the converter reads, per config class (§2.4–2.6).
 void ApplyDefaults(GgufArch arch, nlohmann::json& json) {
   auto fill = [&](const char* key, nlohmann::json value) {
@@ -91,20 +98,15 @@ void ApplyDefaults(GgufArch arch, nlohmann::json& json) {
 void AddGemma2Keys(const GgufConfig& config, uint32_t file_type, GgufMetadata& kv) {
   const nlohmann::json& json = config.json;
   const std::string file = "config.json";
-  auto count = [&](std::initializer_list<const char*> keys) {
-    std::optional<uint64_t> n = Count(json, keys, file);
-    if (!n) throw FormatError(file + ": " + *keys.begin() + " is missing: the converter needs it");
-    return static_cast<uint32_t>(*n);
-  };
   auto number = [&](const char* key) {
     std::optional<float> v = Number(json, {key});
     if (!v) throw FormatError(file + ": " + key + " is missing: the converter needs it");
     return *v;
   };
-  kv.U32("gemma2.context_length", count({"max_position_embeddings"}));
+  kv.U32("gemma2.context_length", NeededCount(json, {"max_position_embeddings"}));
   kv.U32("gemma2.embedding_length", config.embedding_length);
   kv.U32("gemma2.block_count", config.block_count);
-  kv.U32("gemma2.feed_forward_length", count({"intermediate_size"}));
+  kv.U32("gemma2.feed_forward_length", NeededCount(json, {"intermediate_size"}));
   kv.U32("gemma2.attention.head_count", config.head_count);
   kv.U32("gemma2.attention.head_count_kv", config.head_count_kv);
   kv.F32("gemma2.attention.layer_norm_rms_epsilon", number("rms_norm_eps"));
@@ -113,7 +115,7 @@ void AddGemma2Keys(const GgufConfig& config, uint32_t file_type, GgufMetadata& k
   kv.U32("general.file_type", file_type);
   kv.F32("gemma2.attn_logit_softcapping", number("attn_logit_softcapping"));
   kv.F32("gemma2.final_logit_softcapping", number("final_logit_softcapping"));
-  kv.U32("gemma2.attention.sliding_window", count({"sliding_window"}));
+  kv.U32("gemma2.attention.sliding_window", NeededCount(json, {"sliding_window"}));
 }
 
 // Gemma 3's keys after the generic ones (§2.8): some set again (they keep their place), the
@@ -172,16 +174,11 @@ void AddPhi3Keys(const GgufConfig& config, uint32_t file_type, GgufMetadata& kv)
   const nlohmann::json& json = config.json;
   const nlohmann::json rope = RopeParameters(json);
   const std::string file = "config.json";
-  auto count = [&](const nlohmann::json& j, std::initializer_list<const char*> keys) {
-    std::optional<uint64_t> n = Count(j, keys, file);
-    if (!n) throw FormatError(file + ": " + *keys.begin() + " is missing: the converter needs it");
-    return static_cast<uint32_t>(*n);
-  };
-  kv.U32("phi3.context_length", count(json, {"n_positions", "max_position_embeddings"}));
+  kv.U32("phi3.context_length", NeededCount(json, {"n_positions", "max_position_embeddings"}));
   kv.U32("phi3.rope.scaling.original_context_length",
-         count(rope, {"original_max_position_embeddings"}));
+         NeededCount(rope, {"original_max_position_embeddings"}));
   kv.U32("phi3.embedding_length", config.embedding_length);
-  kv.U32("phi3.feed_forward_length", count(json, {"intermediate_size"}));
+  kv.U32("phi3.feed_forward_length", NeededCount(json, {"intermediate_size"}));
   kv.U32("phi3.block_count", config.block_count);
   kv.U32("phi3.attention.head_count", config.head_count);
   kv.U32("phi3.attention.head_count_kv", config.head_count_kv);

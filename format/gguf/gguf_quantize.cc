@@ -42,7 +42,8 @@ bool Quantizable(const GgufTensor& t) {
 
 enum class Category { kOutput, kTokenEmbd, kAttnV, kFfnDown, kOther };
 
-// tensor_get_category, the categories Q4_K_M looks at (attn_qkv and attn_kv_b count as attn_v).
+// tensor_get_category, the categories Q4_K_M looks at (attn_qkv and attn_kv_b count as attn_v;
+// the categories it tests before ffn_down never share a name with it in these architectures).
 Category CategoryOf(const std::string& name) {
   if (name == "output.weight") return Category::kOutput;
   if (name == "token_embd.weight" || name == "per_layer_token_embd.weight") {
@@ -51,11 +52,6 @@ Category CategoryOf(const std::string& name) {
   if (Contains(name, "attn_qkv.weight") || Contains(name, "attn_kv_b.weight") ||
       Contains(name, "attn_v.weight")) {
     return Category::kAttnV;
-  }
-  if (Contains(name, "attn_k.weight") || Contains(name, "attn_q.weight") ||
-      Contains(name, "attn_output.weight") || Contains(name, "ffn_up") ||
-      Contains(name, "ffn_gate")) {
-    return Category::kOther;
   }
   return Contains(name, "ffn_down") ? Category::kFfnDown : Category::kOther;
 }

@@ -528,13 +528,12 @@ def preset_llama3_tiny(tie, shards, wdtype="BF16", h=64, inter=160, layers=2):
     return Preset(tensors, config, tok, 2, values="lively")
 
 
-def preset_phi4mini_tiny(tie, shards, wdtype="BF16"):
-    """Phi-4-mini-shaped, for the GGUF views: Phi-3's fused projections with a partial rotary
-    factor of 0.75, long-context RoPE (longrope: short and long factors, an attention factor from
-    131072 / 4096 positions), tied embeddings, and o200k's pre-tokenizer (llama.cpp's "gpt-4o")."""
+def phi3_preset(wdtype, tie, split_regex, config_update):
+    """A tiny Phi3ForCausalLM for the GGUF views: fused qkv_proj and gate_up_proj (copied as
+    they are), a GPT-2 style tokenizer that tokenizer_config.json names GPT2Tokenizer (as
+    Phi-4's and Phi-4-mini's do); `config_update` sets the model's RoPE and context."""
     h, inter, layers, heads, kv = 64, 160, 2, 4, 2
     head_dim = h // heads
-    rot = int(0.75 * h) // heads  # 12 rotated dimensions per head
     n_tokens, vocab = 256 + 48 + 3, 320
     tensors = [Tensor("model.embed_tokens.weight", wdtype, [vocab, h])]
     for i in range(layers):
@@ -548,65 +547,46 @@ def preset_phi4mini_tiny(tie, shards, wdtype="BF16"):
             Tensor(p + "post_attention_layernorm.weight", wdtype, [h]),
         ]
     tensors.append(Tensor("model.norm.weight", wdtype, [h]))
-    rng = random.Random("phi4mini-factors")
+    if not tie:
+        tensors.append(Tensor("lm_head.weight", wdtype, [vocab, h]))
     config = {
         "architectures": ["Phi3ForCausalLM"], "model_type": "phi3", "hidden_size": h,
         "intermediate_size": inter, "num_hidden_layers": layers, "num_attention_heads": heads,
-        "num_key_value_heads": kv, "partial_rotary_factor": 0.75,
-        "max_position_embeddings": 131072, "original_max_position_embeddings": 4096,
-        "rms_norm_eps": 1e-05, "rope_theta": 10000.0,
-        "rope_scaling": {"type": "longrope",
-                         "long_factor": [round(1 + 3 * rng.random(), 4) for _ in range(rot // 2)],
-                         "short_factor": [round(1 + rng.random(), 4) for _ in range(rot // 2)]},
-        "sliding_window": 262144, "tie_word_embeddings": True, "vocab_size": vocab,
-        "bos_token_id": n_tokens - 3, "eos_token_id": n_tokens - 2, "hidden_act": "silu",
-        "torch_dtype": "bfloat16",
-    }
-    tok = dict(vocab_size=n_tokens, n_merges=48,
-               specials=["<|endoftext|>", "<|im_start|>", "<|im_end|>"], split_regex=O200K_REGEX)
-    tokenizer_config = {"tokenizer_class": "GPT2Tokenizer", "add_bos_token": False,
-                        "add_eos_token": False, "bos_token": "<|endoftext|>",
-                        "eos_token": "<|endoftext|>"}
-    return Preset(tensors, config, tok, 2, values="lively",
-                  extra_files={"tokenizer_config.json": tokenizer_config})
-
-
-def preset_phi3_tiny(tie, shards, wdtype="BF16"):
-    """Phi-4-shaped, for the GGUF views: fused qkv_proj and gate_up_proj (copied as they are),
-    no sliding window, an untied lm_head, and a GPT-2 style tokenizer as Phi-4's
-    (tokenizer_config.json names GPT2Tokenizer; cl100k's Split regex with merges not ignored:
-    llama.cpp's "dbrx")."""
-    h, inter, layers, heads, kv = 64, 160, 2, 4, 2
-    head_dim = h // heads
-    n_tokens, vocab = 256 + 48 + 3, 320
-    tensors = [Tensor("model.embed_tokens.weight", wdtype, [vocab, h])]
-    for i in range(layers):
-        p = "model.layers.%d." % i
-        tensors += [
-            Tensor(p + "self_attn.o_proj.weight", wdtype, [h, h]),
-            Tensor(p + "self_attn.qkv_proj.weight", wdtype, [(heads + 2 * kv) * head_dim, h]),
-            Tensor(p + "mlp.gate_up_proj.weight", wdtype, [2 * inter, h]),
-            Tensor(p + "mlp.down_proj.weight", wdtype, [h, inter]),
-            Tensor(p + "input_layernorm.weight", wdtype, [h]),
-            Tensor(p + "post_attention_layernorm.weight", wdtype, [h]),
-        ]
-    tensors += [Tensor("model.norm.weight", wdtype, [h]), Tensor("lm_head.weight", wdtype, [vocab, h])]
-    config = {
-        "architectures": ["Phi3ForCausalLM"], "model_type": "phi3", "hidden_size": h,
-        "intermediate_size": inter, "num_hidden_layers": layers, "num_attention_heads": heads,
-        "num_key_value_heads": kv, "max_position_embeddings": 512,
-        "original_max_position_embeddings": 512, "rms_norm_eps": 1e-05, "rope_theta": 250000,
-        "rope_scaling": None, "sliding_window": None, "tie_word_embeddings": False,
+        "num_key_value_heads": kv, "rms_norm_eps": 1e-05, "tie_word_embeddings": tie,
         "vocab_size": vocab, "bos_token_id": n_tokens - 3, "eos_token_id": n_tokens - 2,
         "hidden_act": "silu", "torch_dtype": "bfloat16",
     }
+    config.update(config_update)
     tok = dict(vocab_size=n_tokens, n_merges=48,
-               specials=["<|endoftext|>", "<|im_start|>", "<|im_end|>"], split_regex=LLAMA3_REGEX)
+               specials=["<|endoftext|>", "<|im_start|>", "<|im_end|>"], split_regex=split_regex)
     tokenizer_config = {"tokenizer_class": "GPT2Tokenizer", "add_bos_token": False,
                         "add_eos_token": False, "bos_token": "<|endoftext|>",
                         "eos_token": "<|endoftext|>"}
     return Preset(tensors, config, tok, 2, values="lively",
                   extra_files={"tokenizer_config.json": tokenizer_config})
+
+
+def preset_phi4mini_tiny(tie, shards, wdtype="BF16"):
+    """Phi-4-mini-shaped: a partial rotary factor of 0.75, long-context RoPE (longrope: short
+    and long factors, an attention factor from 131072 / 4096 positions), tied embeddings, and
+    o200k's pre-tokenizer (llama.cpp's "gpt-4o")."""
+    rot = int(0.75 * 64) // 4  # 12 rotated dimensions per head
+    rng = random.Random("phi4mini-factors")
+    return phi3_preset(wdtype, True, O200K_REGEX, {
+        "partial_rotary_factor": 0.75, "max_position_embeddings": 131072,
+        "original_max_position_embeddings": 4096, "rope_theta": 10000.0,
+        "rope_scaling": {"type": "longrope",
+                         "long_factor": [round(1 + 3 * rng.random(), 4) for _ in range(rot // 2)],
+                         "short_factor": [round(1 + rng.random(), 4) for _ in range(rot // 2)]},
+        "sliding_window": 262144})
+
+
+def preset_phi3_tiny(tie, shards, wdtype="BF16"):
+    """Phi-4-shaped: no sliding window, an untied lm_head, cl100k's Split regex with merges not
+    ignored (llama.cpp's "dbrx")."""
+    return phi3_preset(wdtype, False, LLAMA3_REGEX, {
+        "max_position_embeddings": 512, "original_max_position_embeddings": 512,
+        "rope_theta": 250000, "rope_scaling": None, "sliding_window": None})
 
 
 def preset_llama2_tiny(tie, shards, wdtype="BF16"):
