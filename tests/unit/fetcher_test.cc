@@ -21,7 +21,8 @@ namespace {
 using Priority = Fetcher::Priority;
 using namespace std::chrono_literals;
 
-// A one-shot gate tasks wait on.
+// A one-shot gate tasks wait on. Tests declare their gates (and whatever else tasks touch)
+// before the Fetcher: its destructor joins the threads, so they are gone before the gates are.
 class Gate {
  public:
   void Open() {
@@ -58,8 +59,8 @@ TEST(FetcherTest, WorkerCount) {
 }
 
 TEST(FetcherTest, DemandBeforePrefetchBeforeBackground) {
-  Fetcher fetcher(1);
   Gate started, release;
+  Fetcher fetcher(1);
   fetcher.Submit(Priority::Background, [&] {
     started.Open();
     release.Wait();
@@ -99,8 +100,8 @@ TEST(FetcherTest, DemandBeforePrefetchBeforeBackground) {
 TEST(FetcherTest, DemandSubmittedLaterOvertakesQueuedPrefetch) {
   // The worker is busy; a long prefetch backlog builds up; a demand task submitted afterwards
   // runs next, ahead of the whole backlog.
-  Fetcher fetcher(1);
   Gate started, release;
+  Fetcher fetcher(1);
   fetcher.Submit(Priority::Prefetch, [&] {
     started.Open();
     release.Wait();
@@ -120,9 +121,9 @@ TEST(FetcherTest, DemandSubmittedLaterOvertakesQueuedPrefetch) {
 
 TEST(FetcherTest, RunsTasksConcurrentlyUpToTheWorkerCount) {
   constexpr unsigned kWorkers = 4;
-  Fetcher fetcher(kWorkers);
   std::atomic<int> running{0}, max_running{0}, done{0};
   Gate release;
+  Fetcher fetcher(kWorkers);
   auto task = [&] {
     int now = running.fetch_add(1) + 1;
     int seen = max_running.load();
@@ -183,8 +184,8 @@ TEST(FetcherTest, TasksSubmittedFromTasksRun) {
 TEST(FetcherTest, LanesRunBesideBusyWorkers) {
   // Every worker (connection) is busy: a commit and a verification still run, each on its lane,
   // and a long verification holds up neither the commits nor the workers' queue.
-  Fetcher fetcher(1);
   Gate worker_started, release_worker, verify_started, release_verify;
+  Fetcher fetcher(1);
   fetcher.Submit(Priority::Demand, [&] {
     worker_started.Open();
     release_worker.Wait();
