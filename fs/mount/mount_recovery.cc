@@ -29,13 +29,18 @@ ExistingMount ProbeExistingMount(const std::string& mountpoint) {
   // exits.
   auto probe = std::make_shared<std::promise<int>>();
   std::future<int> result = probe->get_future();
-  std::thread([probe, mountpoint] {
+  std::thread prober([probe, mountpoint] {
     struct statfs st;
     probe->set_value(statfs(mountpoint.c_str(), &st) == 0 ? 0 : errno);
-  }).detach();
+  });
   if (result.wait_for(std::chrono::seconds(5)) != std::future_status::ready) {
+    prober.detach();  // only `aprfs mount` refusing to go on: it exits, it never forks
     return ExistingMount::kHanging;
   }
+  // Joined, not left to finish on its own: the caller forks the daemon next, and a fork while
+  // that thread still exits can copy a lock it holds into the child, which then hangs (TSan
+  // saw `aprfs mount` wait forever for a daemon stuck before its mount).
+  prober.join();
   int err = result.get();
   if (err == ENOTCONN || err == ECONNABORTED) return ExistingMount::kDead;
   return ExistingMount::kLive;
