@@ -1,10 +1,13 @@
 #include "fetch/http.h"
 
 #include <curl/curl.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <cctype>
 #include <mutex>
+#include <random>
+#include <thread>
 #include <vector>
 
 namespace aprfs {
@@ -164,6 +167,11 @@ HttpResponse HttpSession::Perform(const HttpRequest& request) {
   curl_easy_setopt(curl, CURLOPT_TCP_KEEPALIVE, 1L);
   curl_easy_setopt(curl, CURLOPT_BUFFERSIZE, 512L * 1024);
   if (request.method == "HEAD") curl_easy_setopt(curl, CURLOPT_NOBODY, 1L);
+  if (request.aws_sigv4) {
+    curl_easy_setopt(curl, CURLOPT_AWS_SIGV4, request.aws_sigv4->provider.c_str());
+    curl_easy_setopt(curl, CURLOPT_USERNAME, request.aws_sigv4->access_key_id.c_str());
+    curl_easy_setopt(curl, CURLOPT_PASSWORD, request.aws_sigv4->secret_access_key.c_str());
+  }
   curl_slist* headers = nullptr;
   for (const std::string& header : request.headers) headers = curl_slist_append(headers, header.c_str());
   curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
@@ -193,6 +201,40 @@ HttpResponse HttpSession::Perform(const HttpRequest& request) {
     response.transport_error = "response refused";
   } else if (code != CURLE_OK) {
     response.transport_error = curl_easy_strerror(code);
+  }
+  return response;
+}
+
+bool IsTransient(const HttpResponse& response) {
+  if (!response.complete()) return true;
+  long s = response.status;
+  return s == 408 || s == 429 || s == 500 || s == 502 || s == 503 || s == 504;
+}
+
+std::chrono::milliseconds RetryDelay(int attempt, const HttpResponse& response) {
+  std::string retry_after = response.Header("retry-after");
+  if (!retry_after.empty()) {
+    long seconds = std::strtol(retry_after.c_str(), nullptr, 10);
+    if (seconds > 0) return std::chrono::milliseconds(std::min(seconds, 30L) * 1000);
+  }
+  // 0.5 s doubling to 8 s, each wait jittered to 50-150 % so clients do not retry in step.
+  thread_local std::mt19937 random(std::random_device{}());
+  double base = std::min(8000.0, 500.0 * (1 << std::min(attempt, 4)));
+  std::uniform_real_distribution<double> jitter(0.5, 1.5);
+  return std::chrono::milliseconds(static_cast<int64_t>(base * jitter(random)));
+}
+
+HttpResponse PerformWithRetries(const HttpRequest& request, int attempts) {
+  HttpResponse response;
+  for (int attempt = 0; attempt < attempts; ++attempt) {
+    response = ThreadHttpSession().Perform(request);
+    if (!IsTransient(response)) return response;
+    if (attempt + 1 < attempts) {
+      auto wait = RetryDelay(attempt, response);
+      spdlog::debug("{} (attempt {}); retrying in {} ms", response.Describe(), attempt + 1,
+                    wait.count());
+      std::this_thread::sleep_for(wait);
+    }
   }
   return response;
 }

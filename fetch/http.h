@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -27,10 +28,21 @@ struct HttpResponse {
   std::string Describe() const;
 };
 
+// An AWS Signature V4 that libcurl computes for each request (CURLOPT_AWS_SIGV4): it signs the
+// method, path, query and every header given, so the query must already be sorted and
+// percent-encoded, and the payload hash given as x-amz-content-sha256 (libcurl 7.88 adds
+// neither).
+struct AwsSigV4 {
+  std::string provider;  // "aws:amz:REGION:s3"
+  std::string access_key_id;
+  std::string secret_access_key;
+};
+
 struct HttpRequest {
   std::string method = "GET";  // GET or HEAD
   std::string url;
   std::vector<std::string> headers;  // "Name: value"
+  std::optional<AwsSigV4> aws_sigv4;  // signed by libcurl when set
   bool follow_redirects = false;
   std::chrono::milliseconds deadline{30000};      // the whole request
   std::chrono::milliseconds stall_timeout{10000};  // no byte received for this long
@@ -66,6 +78,17 @@ class HttpSession {
 
 // This thread's session: connections are reused by every request the thread makes.
 HttpSession& ThreadHttpSession();
+
+// How long to wait before attempt `attempt` + 1 (0-based) after `response`: the server's
+// Retry-After if any (capped at 30 s), else 0.5 s doubling to 8 s, jittered to 50-150 %.
+std::chrono::milliseconds RetryDelay(int attempt, const HttpResponse& response);
+
+// Whether a failed response is worth another attempt: transport errors, 408, 429, 5xx.
+bool IsTransient(const HttpResponse& response);
+
+// Runs `request` on this thread's session, `attempts` times at most while it fails transiently
+// (jittered backoff, Retry-After honoured); returns the last response.
+HttpResponse PerformWithRetries(const HttpRequest& request, int attempts);
 
 // Percent-encodes a URL path segment the way Python's quote(safe="") does (hf-hub.md §1.2).
 std::string QuoteSegment(std::string_view text);

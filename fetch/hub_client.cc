@@ -74,25 +74,6 @@ std::optional<std::string> DiscoverToken() {
 
 }  // namespace
 
-bool IsTransient(const HttpResponse& response) {
-  if (!response.complete()) return true;
-  long s = response.status;
-  return s == 408 || s == 429 || s == 500 || s == 502 || s == 503 || s == 504;
-}
-
-std::chrono::milliseconds RetryDelay(int attempt, const HttpResponse& response) {
-  std::string retry_after = response.Header("retry-after");
-  if (!retry_after.empty()) {
-    long seconds = std::strtol(retry_after.c_str(), nullptr, 10);
-    if (seconds > 0) return std::chrono::milliseconds(std::min(seconds, 30L) * 1000);
-  }
-  // 0.5 s doubling to 8 s, each wait jittered to 50-150 % so clients do not retry in step.
-  thread_local std::mt19937 random(std::random_device{}());
-  double base = std::min(8000.0, 500.0 * (1 << std::min(attempt, 4)));
-  std::uniform_real_distribution<double> jitter(0.5, 1.5);
-  return std::chrono::milliseconds(static_cast<int64_t>(base * jitter(random)));
-}
-
 bool IsCommitHash(const std::string& text) {
   return text.size() == 40 && std::all_of(text.begin(), text.end(), [](char c) {
            return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
@@ -137,19 +118,7 @@ std::string HubClient::ResolveUrl(const std::string& repo_id, const std::string&
 }
 
 HttpResponse HubClient::PerformWithRetries(const HttpRequest& request, int attempts) const {
-  if (attempts <= 0) attempts = config_.max_attempts;
-  HttpResponse response;
-  for (int attempt = 0; attempt < attempts; ++attempt) {
-    response = ThreadHttpSession().Perform(request);
-    if (!IsTransient(response)) return response;
-    if (attempt + 1 < attempts) {
-      auto wait = RetryDelay(attempt, response);
-      spdlog::debug("{} (attempt {}); retrying in {} ms", response.Describe(), attempt + 1,
-                    wait.count());
-      std::this_thread::sleep_for(wait);
-    }
-  }
-  return response;
+  return aprfs::PerformWithRetries(request, attempts <= 0 ? config_.max_attempts : attempts);
 }
 
 HubError HubClient::ErrorFor(const HttpResponse& response) {

@@ -104,13 +104,6 @@ class HubClient {
   HubConfig config_;
 };
 
-// How long to wait before attempt `attempt` + 1 (0-based) after `response`: the server's
-// Retry-After if any (capped at 30 s), else 0.5 s doubling to 8 s, jittered to 50-150 %.
-std::chrono::milliseconds RetryDelay(int attempt, const HttpResponse& response);
-
-// Whether a failed response is worth another attempt: transport errors, 408, 429, 5xx.
-bool IsTransient(const HttpResponse& response);
-
 // True when `text` is a 40-hex commit id.
 bool IsCommitHash(const std::string& text);
 

@@ -11,19 +11,11 @@ namespace aprfs {
 namespace {
 
 constexpr size_t kMaxStreams = 8;
-// Signed CDN URLs live about an hour; resolve again well before.
-constexpr auto kUrlLifetime = std::chrono::minutes(45);
 constexpr auto kCancelPoll = std::chrono::milliseconds(200);
 // After a chunk found no room in the cache: no read-ahead for this long.
 constexpr auto kNoRoomPause = std::chrono::seconds(10);
 
 bool IsNoSpace(int err) { return err == ENOSPC || err == EDQUOT; }
-
-bool IsSha256Hex(const std::string& text) {
-  return text.size() == 64 && std::all_of(text.begin(), text.end(), [](char c) {
-           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
-         });
-}
 
 // Parses "bytes a-b/total".
 bool ParseContentRange(const std::string& text, uint64_t* first, uint64_t* last, uint64_t* total) {
@@ -37,61 +29,35 @@ bool ParseContentRange(const std::string& text, uint64_t* first, uint64_t* last,
 
 }  // namespace
 
-ServerValidator ServerValidator::Of(const HttpResponse& response) {
-  ServerValidator validator;
-  if (std::string etag = response.Header("etag"); !etag.empty()) {
-    validator.kind = etag.rfind("W/", 0) == 0 ? Kind::WeakEtag : Kind::StrongEtag;
-    validator.value = std::move(etag);
-  } else if (std::string date = response.Header("last-modified"); !date.empty()) {
-    validator.kind = Kind::LastModified;
-    validator.value = std::move(date);
-  }
-  return validator;
+RemoteBlob HubBlob(const std::string& repo_id, const std::string& commit, const std::string& path,
+                   uint64_t size, const std::string& sha256) {
+  RemoteBlob blob;
+  blob.name = "hf://" + repo_id + "@" + commit.substr(0, 12) + "/" + path;
+  blob.path = path;
+  blob.size = size;
+  blob.sha256 = sha256;
+  blob.revision = commit;
+  blob.identity = sha256.empty() ? "hub:" + repo_id + "@" + commit + "/" + path : "sha256:" + sha256;
+  blob.repo_id = repo_id;
+  return blob;
 }
 
-uint64_t ServerValidator::Fingerprint() const {
-  // FNV-1a: the same in every process and every build (it is shared through the chunk store).
-  uint64_t hash = 0xcbf29ce484222325ull;
-  auto mix = [&](unsigned char c) {
-    hash ^= c;
-    hash *= 0x100000001b3ull;
-  };
-  mix(static_cast<unsigned char>(kind));
-  for (unsigned char c : value) mix(c);
-  return hash == 0 ? 1 : hash;
-}
-
-std::string ServerValidator::NormalizedEtag() const {
-  if (kind != Kind::StrongEtag && kind != Kind::WeakEtag) return "";
-  std::string etag = value;
-  if (etag.rfind("W/", 0) == 0) etag = etag.substr(2);
-  if (etag.size() >= 2 && etag.front() == '"' && etag.back() == '"') {
-    etag = etag.substr(1, etag.size() - 2);
-  }
-  return etag;
-}
-
-std::string ServerValidator::Describe() const {
-  switch (kind) {
-    case Kind::StrongEtag: return "ETag " + value;
-    case Kind::WeakEtag: return "weak ETag " + value;
-    case Kind::LastModified: return "Last-Modified " + value;
-    case Kind::None: break;
-  }
-  return "no ETag or Last-Modified";
-}
-
-RemoteFile::RemoteFile(RemoteBlob blob, std::shared_ptr<ChunkStore> store, ChunkCache& cache,
-                       HubClient& hub, Fetcher& fetcher, RemoteOptions options,
-                       std::function<void(RemoteFile&)> on_complete)
+RemoteFile::RemoteFile(RemoteBlob blob, std::unique_ptr<RemoteOrigin> origin,
+                       std::shared_ptr<ChunkStore> store, ChunkCache& cache, Fetcher& fetcher,
+                       RemoteOptions options, std::function<void(RemoteFile&)> on_complete)
     : blob_(std::move(blob)),
-      name_("hf://" + blob_.repo_id + "@" + blob_.commit.substr(0, 12) + "/" + blob_.path),
+      origin_(std::move(origin)),
       store_(std::move(store)),
       cache_(cache),
-      hub_(hub),
       fetcher_(fetcher),
       options_(options),
-      on_complete_(std::move(on_complete)) {}
+      on_complete_(std::move(on_complete)) {
+  // A version known beforehand is pinned now: the first answer must already be of it.
+  if (std::optional<ServerValidator> known = origin_->KnownVersion()) {
+    uint64_t pin = 0;
+    if (std::string refusal = CheckVersion(*known, &pin); !refusal.empty()) NoteChanged(refusal);
+  }
+}
 
 int RemoteFile::Read(uint64_t offset, size_t length, char* dst) {
   if (length == 0) return 0;
@@ -208,13 +174,13 @@ int RemoteFile::AwaitChunk(uint64_t chunk, std::chrono::steady_clock::time_point
     }
     if (ready && state.failures > failures_seen) {
       // A change of the file on the server was logged once, when found.
-      if (!version_changed_) spdlog::error("{}: {} failed: {}", name_, what, state.last_error);
+      if (!version_changed_) spdlog::error("{}: {} failed: {}", blob_.name, what, state.last_error);
       return EIO;
     }
     if (ready) return 0;
     if (cancelled && cancelled()) return ECANCELED;
     if (std::chrono::steady_clock::now() >= deadline) {
-      spdlog::error("{}: {} timed out after {} s", name_, what,
+      spdlog::error("{}: {} timed out after {} s", blob_.name, what,
                     options_.read_deadline.count() / 1000);
       return EIO;
     }
@@ -433,7 +399,7 @@ void RemoteFile::LogNoRoom(uint64_t chunk, const std::string& error, const char*
   int64_t last = no_room_logged_.load();
   const bool loud = now - last >= std::chrono::nanoseconds(kNoRoomPause).count() &&
                     no_room_logged_.compare_exchange_strong(last, now);
-  spdlog::log(loud ? spdlog::level::warn : spdlog::level::debug, "{}: chunk {}: {}; {}", name_,
+  spdlog::log(loud ? spdlog::level::warn : spdlog::level::debug, "{}: chunk {}: {}; {}", blob_.name,
               chunk, error, action);
 }
 
@@ -490,10 +456,10 @@ RemoteFile::Outcome RemoteFile::FetchChunk(uint64_t chunk) {
       continue;
     }
     if (outcome.error.empty() || result.fatal || fetcher_.Stopping()) break;
-    if (attempt >= hub_.config().max_attempts) break;  // no backoff after the last attempt
+    if (attempt >= origin_->max_attempts()) break;  // no backoff after the last attempt
     const auto delay = RetryDelay(attempt - 1, result.response);
     if (std::chrono::steady_clock::now() + delay > deadline) break;
-    spdlog::warn("{}: chunk {}: {} (attempt {}, next in {} ms)", name_, chunk, outcome.error,
+    spdlog::warn("{}: chunk {}: {} (attempt {}, next in {} ms)", blob_.name, chunk, outcome.error,
                  attempt, delay.count());
     if (!fetcher_.Pause(delay)) break;
   }
@@ -516,33 +482,29 @@ RemoteFile::Attempt RemoteFile::Download(const ChunkStore::Claim& claim, uint64_
                                          std::string* memory) {
   const uint64_t begin = store_->ChunkBegin(chunk);
   const uint64_t length = store_->ChunkLength(chunk);
-  DataUrl url;
-  try {
-    url = CurrentUrl();
-  } catch (const HubError& e) {
-    // Offline mode or a definite answer (gone, gated): retrying cannot help.
-    bool fatal = !e.CacheMayAnswer() || e.kind() == HubError::Kind::Offline;
-    return {e.what(), fatal, false, {}};
-  }
-  HttpRequest request;
-  request.url = url.url;
-  request.headers = hub_.Headers(url.send_token);
-  request.headers.push_back("Range: bytes=" + std::to_string(begin) + "-" +
-                            std::to_string(begin + length - 1));
   // The pinned version only: a server whose file changed answers with the whole new file
   // (refused at its headers, before a byte is stored).
   uint64_t sent_pin = 0;
-  bool sent_if_range = false;
+  std::optional<ServerValidator> if_range;
   {
     std::lock_guard lock(pin_mu_);
     sent_pin = pin_;
     if (sent_pin != 0 && validator_ && validator_->UsableInIfRange() && send_if_range_) {
-      request.headers.push_back("If-Range: " + validator_->value);
-      sent_if_range = true;
+      if_range = validator_;
     }
   }
+  OriginRequest origin_request;
+  try {
+    origin_request = origin_->RangeRequest(begin, length, if_range ? &*if_range : nullptr);
+  } catch (const OriginError& e) {
+    return {e.what(), e.fatal(), false, {}};
+  }
+  HttpRequest& request = origin_request.http;
+  // (An origin that pins versions with If-Match instead answers a change with 412.)
+  const bool sent_if_range =
+      std::any_of(request.headers.begin(), request.headers.end(),
+                  [](const std::string& header) { return header.rfind("If-Range:", 0) == 0; });
   request.deadline = options_.request_deadline;
-  request.stall_timeout = hub_.config().download_timeout;
   request.cancelled = [this] { return fetcher_.Stopping(); };
   std::string refusal;
   bool changed = false;       // the answer is of another version of the file
@@ -550,8 +512,12 @@ RemoteFile::Attempt RemoteFile::Download(const ChunkStore::Claim& claim, uint64_
   uint64_t commit_pin = 0;     // the version the chunk is stored as
   uint64_t received = 0;
   int write_error = 0;
+  const std::optional<ServerValidator> known = origin_->KnownVersion();
   request.on_headers = [&](const HttpResponse& head) {
-    const ServerValidator got = ServerValidator::Of(head);
+    ServerValidator got = ServerValidator::Of(head);
+    // An answer without a validator to a request that demanded the known version (If-Match)
+    // is of that version.
+    if (got.kind == ServerValidator::Kind::None && known) got = *known;
     if (head.status == 412) {  // a precondition some proxy checked for us
       refusal = "the file changed on the server (412 Precondition Failed)";
       changed = true;
@@ -572,7 +538,7 @@ RemoteFile::Attempt RemoteFile::Download(const ChunkStore::Claim& claim, uint64_
         send_if_range_ = false;
         spdlog::warn("{}: the server answers If-Range: {} with the whole file although that is "
                      "its validator; If-Range is no longer sent, each answer's is checked",
-                     name_, validator_ ? validator_->value : "");
+                     blob_.name, validator_ ? validator_->value : "");
       }
       refusal = "the server ignored the Range header (200)";
       return false;
@@ -587,12 +553,9 @@ RemoteFile::Attempt RemoteFile::Download(const ChunkStore::Claim& claim, uint64_
       refusal = CheckVersion(got, &commit_pin);
       if (!refusal.empty()) return changed = true, false;
     }
-    // The Hub's CDN names a blob by its sha256: one that names another blob is another file.
-    const std::string etag = got.NormalizedEtag();
-    if (!url.send_token && IsSha256Hex(etag) && !blob_.sha256.empty() && etag != blob_.sha256) {
-      refusal = "the server serves another file (ETag " + etag + ", expected " + blob_.sha256 + ")";
-      fatal_refusal = true;
-      return false;
+    if (origin_request.refuse) {
+      refusal = origin_request.refuse(got);
+      if (!refusal.empty()) return fatal_refusal = true, false;
     }
     uint64_t first, last, total;
     if (!ParseContentRange(head.Header("content-range"), &first, &last, &total) ||
@@ -645,11 +608,7 @@ RemoteFile::Attempt RemoteFile::Download(const ChunkStore::Claim& claim, uint64_
     result.error = "short body: " + std::to_string(received) + " of " + std::to_string(length) +
                    " bytes";
   }
-  if (!url.send_token && (status == 400 || status == 403 || status == 410)) {
-    // An expired or refused signed URL: ask the Hub for a fresh one.
-    ForgetUrl(url.url);
-    result.error += " (URL resolved again)";
-  } else if (status == 401 || status == 404 || status == 416) {
+  if (origin_request.retryable && !origin_request.retryable(status, result.error)) {
     result.fatal = true;
   }
   return result;
@@ -667,9 +626,9 @@ std::string RemoteFile::CheckVersion(const ServerValidator& got, uint64_t* pin) 
       if (got.kind == ServerValidator::Kind::None) {
         spdlog::warn("{}: the server gives no ETag or Last-Modified: a change of the file on the "
                      "server while it is read cannot be told before its sha256 is checked",
-                     name_);
+                     blob_.name);
       } else {
-        spdlog::debug("{}: pinned {}", name_, got.Describe());
+        spdlog::debug("{}: pinned {}", blob_.name, got.Describe());
       }
       break;
     }
@@ -678,7 +637,7 @@ std::string RemoteFile::CheckVersion(const ServerValidator& got, uint64_t* pin) 
     if (served_) break;
     if (store_->ReplaceValidator(store_->Validator(), fingerprint)) {
       spdlog::warn("{}: the server gives {}, another version than the chunk cache holds: those "
-                   "chunks are dropped", name_, got.Describe());
+                   "chunks are dropped", blob_.name, got.Describe());
       pin_ = fingerprint;
       validator_ = got;
     }
@@ -705,19 +664,7 @@ void RemoteFile::NoteChanged(const std::string& why) {
   spdlog::error("{}: {}; every read of it fails with EIO from now on, so that no reader gets a "
                 "mix of two versions (the chunks of the old one are dropped: mount again to read "
                 "the new one)",
-                name_, why);
-}
-
-DataUrl RemoteFile::CurrentUrl() {
-  std::lock_guard lock(url_mu_);
-  if (url_ && std::chrono::steady_clock::now() - url_->resolved_at < kUrlLifetime) return *url_;
-  url_ = hub_.ResolveData(blob_.repo_id, blob_.commit, blob_.path, /*attempts=*/1);
-  return *url_;
-}
-
-void RemoteFile::ForgetUrl(const std::string& url) {
-  std::lock_guard lock(url_mu_);
-  if (url_ && url_->url == url) url_.reset();
+                blob_.name, why);
 }
 
 }  // namespace aprfs

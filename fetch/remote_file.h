@@ -16,7 +16,7 @@
 #include "fetch/chunk_cache.h"
 #include "fetch/chunk_store.h"
 #include "fetch/fetcher.h"
-#include "fetch/hub_client.h"
+#include "fetch/remote_origin.h"
 
 namespace aprfs {
 
@@ -26,33 +26,20 @@ struct RemoteOptions {
   unsigned prefetch_max_chunks = 16;  // the largest read-ahead window of a sequential stream
 };
 
-// Which remote file: a repo file at a pinned commit, with the size and sha256 the Hub listed.
+// Which remote file, as logs, status pages and caches name it.
 struct RemoteBlob {
-  std::string repo_id;
-  std::string commit;
-  std::string path;
+  std::string name;      // for logs and errors: hf://ORG/NAME@COMMIT/PATH, s3://BUCKET/KEY
+  std::string path;      // its path in the model: a shard's file name in the repo or folder
   uint64_t size = 0;
-  std::string sha256;
+  std::string sha256;    // when the origin lists it (the Hub's LFS files): verified when complete
+  std::string revision;  // what pins it: the Hub's commit, the S3 object's ETag
+  std::string identity;  // ByteSource::identity(): the same for the same bytes
+  std::string repo_id;   // the Hub repo, for publication into the HF cache; "" elsewhere
 };
 
-// What identifies the version of a file a server answers from: its ETag (strong or weak), or its
-// Last-Modified date when it gives no ETag. A mirror or caching proxy in front of the Hub
-// (HF_ENDPOINT) gives its own ETags, not the sha256 the Hub's CDN gives.
-struct ServerValidator {
-  enum class Kind { None, StrongEtag, WeakEtag, LastModified };
-  Kind kind = Kind::None;
-  std::string value;  // as the server sent it: "\"abc\"", W/"abc", or the date
-
-  // Of an answer's headers: ETag first, then Last-Modified.
-  static ServerValidator Of(const HttpResponse& response);
-  // A stable 64-bit digest of kind and value, never 0 (ChunkStore::Validator()).
-  uint64_t Fingerprint() const;
-  // Whether it may go in If-Range: strong ETags and dates only (RFC 9110 §13.1.5).
-  bool UsableInIfRange() const { return kind == Kind::StrongEtag || kind == Kind::LastModified; }
-  // The ETag without W/ and quotes (huggingface_hub's _normalize_etag), "" when not an ETag.
-  std::string NormalizedEtag() const;
-  std::string Describe() const;  // ETag "abc" / weak ETag W/"abc" / Last-Modified ... / none
-};
+// A repo file on the Hub at a pinned commit.
+RemoteBlob HubBlob(const std::string& repo_id, const std::string& commit, const std::string& path,
+                   uint64_t size, const std::string& sha256);
 
 // Counters for status pages and tests.
 struct RemoteStats {
@@ -64,22 +51,23 @@ struct RemoteStats {
   std::atomic<uint64_t> cache_errors{0};
 };
 
-// A shard on the Hub read lazily: a read waits for the chunks it touches (fetched once, however
+// A remote file read lazily (from the Hub, an S3 bucket: its RemoteOrigin): a read waits for the chunks it touches (fetched once, however
 // many readers wait, and never twice across processes thanks to the chunk store's claims);
 // sequential streams get a read-ahead window that doubles up to a limit. Every response is
 // validated (206, Content-Range, size, the pinned validator) before a byte is stored; a failed
-// attempt stores nothing. The validator the server gives on first contact (its ETag, or
-// Last-Modified) is pinned for the file, and shared with other processes through the chunk
-// store: later requests carry it in If-Range, and an answer of another version (another
-// validator, a 200 to If-Range, a 412) fails the file's reads with EIO, never mixing versions.
-// An ETag that is a sha256 (the Hub's CDN names blobs by it) must be this file's. When the last
-// chunk arrives, `on_complete` runs (verification, publication).
+// attempt stores nothing. The validator the origin knows beforehand (an S3 ETag), or else the
+// one the server gives on first contact (its ETag, or Last-Modified), is pinned for the file and
+// shared with other processes through the chunk store: later requests carry it (If-Range,
+// If-Match), and an answer of another version (another validator, a 200 to If-Range, a 412)
+// fails the file's reads with EIO, never mixing versions. When the last chunk arrives,
+// `on_complete` runs (verification, publication).
 // A chunk the cache has no room for (ENOSPC even after evicting) is downloaded into memory and
 // handed to the readers waiting for it, then forgotten: a full disk slows reads, never fails them.
 class RemoteFile final : public ByteSource, public std::enable_shared_from_this<RemoteFile> {
  public:
-  RemoteFile(RemoteBlob blob, std::shared_ptr<ChunkStore> store, ChunkCache& cache, HubClient& hub,
-             Fetcher& fetcher, RemoteOptions options,
+  RemoteFile(RemoteBlob blob, std::unique_ptr<RemoteOrigin> origin,
+             std::shared_ptr<ChunkStore> store, ChunkCache& cache, Fetcher& fetcher,
+             RemoteOptions options,
              std::function<void(RemoteFile&)> on_complete = {});
 
   int Read(uint64_t offset, size_t length, char* dst) override;
@@ -87,11 +75,8 @@ class RemoteFile final : public ByteSource, public std::enable_shared_from_this<
   // fails (EIO) from then on.
   bool Changed() const { return version_changed_.load(); }
   uint64_t size() const override { return blob_.size; }
-  const std::string& name() const override { return name_; }
-  std::string identity() const override {
-    return blob_.sha256.empty() ? "hub:" + blob_.repo_id + "@" + blob_.commit + "/" + blob_.path
-                                : "sha256:" + blob_.sha256;
-  }
+  const std::string& name() const override { return blob_.name; }
+  std::string identity() const override { return blob_.identity; }
 
   // Makes one chunk present without reading it (prefetch): 0, EIO when it cannot be fetched
   // within the read deadline, ECANCELED as soon as `cancelled` says so.
@@ -186,8 +171,6 @@ class RemoteFile final : public ByteSource, public std::enable_shared_from_this<
   };
   // Into the store, or into `memory` when given.
   Attempt Download(const ChunkStore::Claim& claim, uint64_t chunk, std::string* memory);
-  DataUrl CurrentUrl();
-  void ForgetUrl(const std::string& url);
   // Whether an answer with validator `got` is of the version this process reads, pinning it at
   // the first answer: empty when it is (*pin: the fingerprint to commit under), else why not.
   std::string CheckVersion(const ServerValidator& got, uint64_t* pin);
@@ -198,10 +181,9 @@ class RemoteFile final : public ByteSource, public std::enable_shared_from_this<
   void NoteChanged(const std::string& why);
 
   const RemoteBlob blob_;
-  const std::string name_;
+  const std::unique_ptr<RemoteOrigin> origin_;
   std::shared_ptr<ChunkStore> store_;
   ChunkCache& cache_;
-  HubClient& hub_;
   Fetcher& fetcher_;
   const RemoteOptions options_;
   std::function<void(RemoteFile&)> on_complete_;
@@ -212,9 +194,6 @@ class RemoteFile final : public ByteSource, public std::enable_shared_from_this<
   std::map<uint64_t, ChunkState> chunks_;  // only chunks that were ever scheduled
   std::vector<Stream> streams_;
   std::weak_ptr<RemoteFile> next_;
-
-  std::mutex url_mu_;
-  std::optional<DataUrl> url_;
 
   // The version this process reads: the fingerprint of the server's validator (0 until the
   // first answer, or the first read served from chunks another process fetched).

@@ -14,7 +14,9 @@
 #include <thread>
 
 #include "fetch/hf_cache_writer.h"
+#include "fetch/hub_origin.h"
 #include "fetch/local_file.h"
+#include "fetch/meta_cache.h"
 #include "fetch/sha256.h"
 #include "format/error.h"
 
@@ -51,38 +53,6 @@ bool SafeRelativePath(const std::string& path) {
     if (segment.empty() || segment == "." || segment == "..") return false;
   }
   return true;
-}
-
-std::optional<std::string> ReadFileIfExists(const std::string& path, uint64_t max_bytes) {
-  std::error_code ec;
-  if (!fs::is_regular_file(path, ec)) return std::nullopt;
-  try {
-    return ReadSmallFile(path, max_bytes);
-  } catch (const FormatError&) {
-    return std::nullopt;
-  }
-}
-
-// Temp file + rename, so a reader (another mount) never sees half a file.
-void WriteAtomically(const std::string& path, std::string_view content) {
-  std::error_code ec;
-  fs::create_directories(fs::path(path).parent_path(), ec);
-  std::string temp = path + ".tmp." + std::to_string(::getpid()) + "." +
-                     std::to_string(std::random_device{}());
-  {
-    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
-    out.write(content.data(), static_cast<std::streamsize>(content.size()));
-    // The bytes reach the file at close: on a full disk that is where the write fails, and
-    // renaming the empty file into place would stand for these metadata on every later mount.
-    out.close();
-    if (!out) {
-      fs::remove(temp, ec);
-      spdlog::warn("cannot write the metadata cache file {}", path);
-      return;
-    }
-  }
-  fs::rename(temp, path, ec);
-  if (ec) fs::remove(temp, ec);
 }
 
 std::string MetaDir(RemoteContext& context, const std::string& repo_id) {
@@ -229,20 +199,27 @@ std::string ShardHeaderBytes(RemoteContext& context, const RepoRevision& revisio
   std::string cached = MetaDir(context, revision.repo_id) + "/" + revision.commit + "/headers/" +
                        file.path + ".header";
   if (auto bytes = ReadFileIfExists(cached, kMaxSafetensorsHeaderLen + 8)) return *bytes;
-  std::string bytes = FetchRange(context, revision, file, 0, std::min(kFirstHeaderRead, file.size));
-  uint64_t header_len = ParseSafetensorsHeaderLength(bytes, file.size, file.path);
-  if (bytes.size() < 8 + header_len) {
-    bytes += FetchRange(context, revision, file, bytes.size(), 8 + header_len - bytes.size());
-  }
-  bytes.resize(8 + header_len);
+  std::string bytes = SafetensorsHeaderByRanges(file.size, file.path, [&](uint64_t begin, uint64_t length) {
+    return FetchRange(context, revision, file, begin, length);
+  });
   WriteAtomically(cached, bytes);
+  return bytes;
+}
+
+}  // namespace
+
+std::string SafetensorsHeaderByRanges(
+    uint64_t file_size, const std::string& where,
+    const std::function<std::string(uint64_t begin, uint64_t length)>& read_range) {
+  std::string bytes = read_range(0, std::min(kFirstHeaderRead, file_size));
+  uint64_t header_len = ParseSafetensorsHeaderLength(bytes, file_size, where);
+  if (bytes.size() < 8 + header_len) bytes += read_range(bytes.size(), 8 + header_len - bytes.size());
+  bytes.resize(8 + header_len);
   return bytes;
 }
 
 // When a shard's last chunk arrives: verify its sha256 against the Hub's, then hand the file
 // to the HF cache (where transformers and the next mount find it). A mismatch drops every chunk.
-}  // namespace
-
 VerifyResult VerifyAndPublish(RemoteContext& context, RemoteFile& file,
                               const std::optional<std::string>& branch,
                               const HashCallbacks& callbacks) {
@@ -290,7 +267,7 @@ VerifyResult VerifyAndPublish(RemoteContext& context, RemoteFile& file,
   PublishRequest request;
   request.cache_dir = *context.settings().hf_cache;
   request.repo_id = blob.repo_id;
-  request.commit = blob.commit;
+  request.commit = blob.revision;
   request.branch = branch;
   request.path_in_repo = blob.path;
   request.etag = blob.sha256;
@@ -422,7 +399,8 @@ LoadedModel LoadRemoteModel(RemoteContext& context, const RemoteRepoSpec& spec) 
       model.sources.push_back(std::move(source));
     } else {
       shard = RemoteShardHeader(context, spec, revision, *file);
-      RemoteBlob blob{spec.repo_id, revision.commit, path, file->size, file->sha256.value_or("")};
+      const std::string sha256 = file->sha256.value_or("");
+      RemoteBlob blob = HubBlob(spec.repo_id, revision.commit, path, file->size, sha256);
       auto store = context.chunks().Store(file->etag(), file->size);
       std::function<void(RemoteFile&)> on_complete = [&context, branch](RemoteFile& done) {
         std::weak_ptr<RemoteFile> weak = done.weak_from_this();
@@ -431,7 +409,8 @@ LoadedModel LoadRemoteModel(RemoteContext& context, const RemoteRepoSpec& spec) 
         });
       };
       auto remote = std::make_shared<RemoteFile>(
-          blob, store, context.chunks(), context.hub(), context.fetcher(),
+          blob, std::make_unique<HubOrigin>(context.hub(), spec.repo_id, revision.commit, path, sha256),
+          store, context.chunks(), context.fetcher(),
           context.settings().options,
           context.settings().verify_when_complete ? on_complete : std::function<void(RemoteFile&)>());
       // Complete but never published (a daemon stopped while verifying, or the HF cache was

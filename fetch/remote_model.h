@@ -61,6 +61,13 @@ class RemoteContext {
 // HubError or FormatError with a clear message.
 LoadedModel LoadRemoteModel(RemoteContext& context, const RemoteRepoSpec& spec);
 
+// The 8-byte length and JSON header of a remote safetensors file of `file_size` bytes, in one
+// range read of 64 KiB, or two when the header is longer. Throws FormatError (naming `where`) for
+// a header length the file cannot have; what `read_range` throws.
+std::string SafetensorsHeaderByRanges(
+    uint64_t file_size, const std::string& where,
+    const std::function<std::string(uint64_t begin, uint64_t length)>& read_range);
+
 struct VerifyResult {
   enum class Verdict { Good, Mismatch, Error, Cancelled };
   Verdict verdict;

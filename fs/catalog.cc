@@ -53,6 +53,11 @@ std::vector<ModelRef> FromHfCache(const std::string& cache_dir) {
   return refs;
 }
 
+std::string BaseName(const std::string& path) {
+  size_t slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
 ModelRef FromFolder(const fs::path& dir) {
   ModelRef ref;
   ref.key = "dir:" + dir.string();
@@ -164,7 +169,10 @@ Catalog::Catalog(CatalogOptions options) : options_(std::move(options)) {
   } else {
     verdicts_ = std::make_unique<VerdictBook>();
   }
-  if (!options_.repos.empty()) {
+  if (!options_.s3_sources.empty()) {
+    s3_client_ = std::make_unique<S3Client>(options_.s3.value_or(S3Config{}));
+  }
+  if (!options_.repos.empty() || !options_.s3_sources.empty()) {
     remote_ = std::make_unique<RemoteContext>(options_.hub, options_.remote, chunk_cache_.get());
   }
 }
@@ -179,7 +187,45 @@ ModelRef FromRepoOption(const RemoteRepoSpec& spec) {
 
 }  // namespace
 
-std::vector<ModelRef> Catalog::Discover() const {
+std::vector<ModelRef> Catalog::FromS3Source(const S3Uri& source) {
+  const std::string uri = source.ToString();
+  auto it = s3_listings_.find(uri);
+  const auto now = std::chrono::steady_clock::now();
+  if (it == s3_listings_.end() || now - it->second.at >= options_.s3_rescan_interval) {
+    try {
+      std::vector<S3Object> objects =
+          ListS3Source(*s3_client_, source, options_.remote.cache_dir);
+      S3Listing listing{now, FindS3Models(source, objects)};
+      if (listing.models.empty()) spdlog::warn("{}: no model folders (no *.safetensors)", uri);
+      it = s3_listings_.insert_or_assign(uri, std::move(listing)).first;
+    } catch (const std::exception& e) {
+      // The models listed before stay; asked again at the next interval.
+      spdlog::error("{}: cannot list: {}", uri, e.what());
+      if (it == s3_listings_.end()) it = s3_listings_.emplace(uri, S3Listing{now, {}}).first;
+      it->second.at = now;
+    }
+  }
+  std::vector<ModelRef> refs;
+  for (const S3ModelRef& model : it->second.models) {
+    ModelRef ref;
+    ref.key = "s3:" + model.folder.ToString();
+    ref.name = model.Name();
+    size_t slash = model.folder.prefix.rfind('/');
+    if (slash != std::string::npos) {
+      ref.group = BaseName(model.folder.prefix.substr(0, slash));
+    } else if (!model.folder.prefix.empty()) {
+      ref.group = model.folder.bucket;
+    }
+    ref.dir = model.folder.ToString();
+    ref.source_uri = model.folder.ToString();
+    ref.from_source_option = true;
+    ref.s3 = model;
+    refs.push_back(std::move(ref));
+  }
+  return refs;
+}
+
+std::vector<ModelRef> Catalog::Discover() {
   std::vector<ModelRef> refs;
   // A --repo that is also in the local HF cache is one model: the --repo entry comes first and
   // the cache's entry of the same key is dropped (its complete shards are still read locally).
@@ -197,6 +243,9 @@ std::vector<ModelRef> Catalog::Discover() const {
   }
   for (const std::string& source : options_.sources) {
     for (ModelRef& ref : FromSourceOption(source)) refs.push_back(std::move(ref));
+  }
+  for (const S3Uri& source : options_.s3_sources) {
+    for (ModelRef& ref : FromS3Source(source)) refs.push_back(std::move(ref));
   }
   if (options_.hf_cache) {
     for (ModelRef& ref : FromHfCache(*options_.hf_cache)) refs.push_back(std::move(ref));
@@ -220,8 +269,10 @@ std::shared_ptr<const Catalog::Listing> Catalog::Scan(bool force) {
     // never written after creation, so builders may read it without this lock.
     auto old = slots_.find(ref.key);
     std::shared_ptr<Slot> slot;
+    // An S3 model whose objects changed in the bucket is another model: a new slot.
+    auto listed = [](const ModelRef& r) { return r.s3 ? r.s3->Fingerprint() : ""; };
     if (old != slots_.end() && old->second->ref.dir == ref.dir &&
-        old->second->ref.problem == ref.problem) {
+        old->second->ref.problem == ref.problem && listed(old->second->ref) == listed(ref)) {
       slot = old->second;
     } else {
       slot = std::make_shared<Slot>();
@@ -252,6 +303,7 @@ std::shared_ptr<const BuiltModel> Catalog::Build(const ModelRef& ref, uint64_t f
   }
   try {
     LoadedModel loaded = ref.remote ? LoadRemoteModel(*remote_, *ref.remote)
+                         : ref.s3   ? LoadS3Model(*remote_, *s3_client_, *ref.s3)
                                     : LoadLocalModel(ref.dir, ref.name, ref.source_uri, &files);
     built->shard_count = loaded.sources.size();
     for (const Shard& shard : loaded.set.shards) built->shard_files.push_back(shard.file);
@@ -318,7 +370,7 @@ std::shared_ptr<const BuiltModel> Catalog::Get(const std::string& key) {
     // The fingerprint from before the build is the safe one: a change during the build then
     // triggers another. Only files the build just learned of (shards in subfolders) need a
     // new one.
-    slot->built_fingerprint = watched == slot->files && !slot->ref.remote
+    slot->built_fingerprint = watched == slot->files && !slot->ref.remote && !slot->ref.s3
                                   ? fingerprint
                                   : Fingerprint(*slot);
   }
@@ -326,9 +378,9 @@ std::shared_ptr<const BuiltModel> Catalog::Get(const std::string& key) {
 }
 
 std::string Catalog::Fingerprint(const Slot& slot) const {
-  if (!slot.ref.remote) return FolderFingerprint(slot.ref.dir, slot.files);
-  // A remote model is pinned to its commit: built once. One that failed (the Hub unreachable)
-  // is tried again every 30 s.
+  if (!slot.ref.remote && !slot.ref.s3) return FolderFingerprint(slot.ref.dir, slot.files);
+  // A remote model is pinned to its commit (or its objects' ETags): built once. One that failed
+  // (the Hub or the store unreachable) is tried again every 30 s.
   if (slot.built && slot.built->file) return "remote";
   auto now = std::chrono::steady_clock::now().time_since_epoch();
   return "remote-retry-" + std::to_string(std::chrono::duration_cast<std::chrono::seconds>(now).count() / 30);

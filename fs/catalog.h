@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "fetch/remote_model.h"
+#include "fetch/s3/s3_model.h"
 #include "format/views/view_kind.h"
 #include "fs/read_counters.h"
 #include "fs/views/chunk_writer.h"
@@ -24,7 +25,11 @@ struct CatalogOptions {
   std::vector<std::string> sources;     // --source folders
   std::vector<RemoteRepoSpec> repos;    // --repo: models read from the Hub
   HubConfig hub;                        // how to reach it
-  RemoteSettings remote;                // caches and connections for the --repo models
+  std::vector<S3Uri> s3_sources;        // --source s3://BUCKET/PREFIX: models in a bucket
+  std::optional<S3Config> s3;           // how to reach them (set when there are any)
+  // How long a bucket's listing stays fresh: listing a bucket is a request, not a readdir.
+  std::chrono::milliseconds s3_rescan_interval{60000};
+  RemoteSettings remote;                // caches and connections of remote (Hub, S3) models
   // How long a scan of the sources stays fresh before a lookup or a listing rescans them.
   std::chrono::milliseconds rescan_interval{1000};
   // The views a folder listing shows (every view resolves on lookup whatever this says).
@@ -48,6 +53,7 @@ struct ModelRef {
   std::string problem;              // non-empty when the repo cannot even be tried
   bool from_source_option = false;  // an explicit --source wins a short name
   std::optional<RemoteRepoSpec> remote;  // a --repo: built from the Hub (and local copies)
+  std::optional<S3ModelRef> s3;          // a folder of an S3 source, as listed
 };
 
 // A model whose plan was built, or the reason it was rejected.
@@ -98,7 +104,7 @@ class Catalog {
   std::vector<ModelView> Models();
 
   const CatalogOptions& options() const { return options_; }
-  // The download workers and caches of --repo models; null without any.
+  // The download workers and caches of remote (--repo, S3) models; null without any.
   RemoteContext* remote() const { return remote_.get(); }
   // The chunk cache (remote and computed chunks); null when nothing is cached.
   ChunkCache* chunk_cache() const { return chunk_cache_.get(); }
@@ -123,7 +129,10 @@ class Catalog {
   // What decides whether a slot's model must be rebuilt. Requires the slot's build_mu.
   std::string Fingerprint(const Slot& slot) const;
 
-  std::vector<ModelRef> Discover() const;
+  std::vector<ModelRef> Discover();  // requires mu_
+  // The models of an S3 source, listed again when the last listing is older than the interval.
+  // Requires mu_.
+  std::vector<ModelRef> FromS3Source(const S3Uri& source);
   std::shared_ptr<const BuiltModel> Build(const ModelRef& ref, uint64_t file_id,
                                           std::vector<std::string>& files,
                                           const ViewCounters& counters) const;
@@ -132,11 +141,17 @@ class Catalog {
   std::unique_ptr<ChunkCache> chunk_cache_;  // when computed_cache_dir is set
   std::unique_ptr<ComputedChunkWriter> chunk_writer_;  // stops before the cache goes
   std::unique_ptr<VerdictBook> verdicts_;
-  std::unique_ptr<RemoteContext> remote_;  // download workers: only when there are --repo models
+  std::unique_ptr<S3Client> s3_client_;    // only with S3 sources; outlives the workers below
+  std::unique_ptr<RemoteContext> remote_;  // download workers: only with remote models
   std::mutex mu_;
   std::chrono::steady_clock::time_point last_scan_{};
   std::shared_ptr<const Listing> listing_;
   std::map<std::string, std::shared_ptr<Slot>> slots_;
+  struct S3Listing {
+    std::chrono::steady_clock::time_point at;
+    std::vector<S3ModelRef> models;
+  };
+  std::map<std::string, S3Listing> s3_listings_;  // by source URI
   uint64_t next_file_id_ = 2;  // 1 is the root in the FUSE namespace
 };
 

@@ -39,6 +39,7 @@ std::optional<std::string> CommitInPath(const std::string& path) {
 
 std::string KindOf(const ModelRef& ref) {
   if (ref.remote) return "remote";
+  if (ref.s3) return "s3";
   return ref.key.rfind("hf:", 0) == 0 ? "hf-cache" : "local";
 }
 
@@ -60,7 +61,7 @@ void CollectShard(const std::string& file, ByteSource& source, ModelStatus& mode
     shard.cached_bytes = remote->store().PresentBytes();
     shard.published = remote->store().Published();
     if (std::string error = remote->LastCacheError(); !error.empty()) shard.cache_error = error;
-    if (!model.revision) model.revision = blob.commit;
+    if (!model.revision) model.revision = blob.revision;
     const RemoteStats& stats = remote->stats();
     model.bytes_fetched += stats.bytes_fetched.load();
     model.requests += stats.requests.load();

@@ -19,7 +19,9 @@ void SourceOptions::AddTo(CLI::App& app) {
                  "~/.cache/huggingface/hub)");
   app.add_flag("--no-hf-cache", no_hf_cache, "Do not serve models from the Hugging Face cache");
   // One value per --source, so `--source DIR MOUNTPOINT` leaves the mountpoint alone.
-  app.add_option("--source", sources, "A model folder, or a folder of model folders (repeatable)")
+  app.add_option("--source", sources,
+                 "A model folder, or a folder of model folders, local or in an S3 bucket "
+                 "(s3://BUCKET/PREFIX) (repeatable)")
       ->allow_extra_args(false);
   app.add_option("--repo", repos,
                  "A Hub model read lazily over HTTP: ORG/NAME[@REVISION] (repeatable)")
@@ -43,6 +45,19 @@ void SourceOptions::AddTo(CLI::App& app) {
                  "whatever this says");
   app.add_flag("--no-view-cache", no_view_cache,
                "Do not keep computed bytes on disk: every byte of a view is computed on demand");
+  app.add_option("--s3-endpoint", s3_endpoint,
+                 "S3-compatible store of s3:// sources (default: $AWS_ENDPOINT_URL_S3, "
+                 "$AWS_ENDPOINT_URL, the profile's endpoint_url, else AWS)");
+  app.add_option("--s3-region", s3_region,
+                 "Region of s3:// sources (default: $AWS_REGION, the profile's, us-east-1)");
+  app.add_option("--s3-profile", s3_profile,
+                 "AWS profile of ~/.aws/credentials and ~/.aws/config (default: $AWS_PROFILE)");
+  app.add_option("--s3-addressing", s3_addressing,
+                 "auto, path (https://HOST/BUCKET/KEY) or virtual (https://BUCKET.HOST/KEY); "
+                 "auto: virtual on AWS, path elsewhere")
+      ->check(CLI::IsMember({"auto", "path", "virtual"}));
+  app.add_flag("--no-sign-request", no_sign_request,
+               "Read s3:// sources anonymously (public buckets), even when credentials exist");
 }
 
 std::vector<ViewKind> ParseViewList(const std::string& text) {
@@ -84,6 +99,34 @@ std::string Absolute(const std::string& path) {
   return std::filesystem::absolute(path, ec).string();
 }
 
+// The AWS environment and profiles, overridden by the command line, then the config file.
+S3Config S3ConfigOf(const SourceOptions& args, const ConfigFile& file) {
+  auto pick = [](const std::string& given, const std::optional<std::string>& configured) {
+    return !given.empty() ? std::optional<std::string>(given) : configured;
+  };
+  S3Overrides overrides;
+  overrides.profile = pick(args.s3_profile, file.s3_profile);
+  overrides.region = pick(args.s3_region, file.s3_region);
+  overrides.endpoint = pick(args.s3_endpoint, file.s3_endpoint);
+  if (std::optional<std::string> style = pick(args.s3_addressing, file.s3_addressing)) {
+    if (*style == "path") {
+      overrides.addressing = S3Addressing::kPath;
+    } else if (*style == "virtual") {
+      overrides.addressing = S3Addressing::kVirtualHost;
+    } else if (*style == "auto") {
+      overrides.addressing = S3Addressing::kAuto;
+    } else {
+      throw std::runtime_error("s3_addressing " + *style + ": expected auto, path or virtual");
+    }
+  }
+  overrides.anonymous = args.no_sign_request || file.no_sign_request.value_or(false);
+  try {
+    return ResolveS3Config(AwsEnvironment::Process(), overrides);
+  } catch (const AwsConfigError& e) {
+    throw std::runtime_error(std::string("S3 configuration: ") + e.what());
+  }
+}
+
 }  // namespace
 
 CatalogOptions SourceOptions::ToCatalogOptions() const {
@@ -100,7 +143,16 @@ CatalogOptions SourceOptions::ToCatalogOptions() const {
   }
   std::vector<std::string> all_sources = file.sources;
   all_sources.insert(all_sources.end(), sources.begin(), sources.end());
-  for (const std::string& source : all_sources) options.sources.push_back(Absolute(source));
+  for (const std::string& source : all_sources) {
+    if (source.rfind("s3://", 0) != 0) {
+      options.sources.push_back(Absolute(source));
+      continue;
+    }
+    std::string why;
+    std::optional<S3Uri> uri = ParseS3Uri(source, &why);
+    if (!uri) throw std::runtime_error("--source " + source + ": " + why);
+    options.s3_sources.push_back(*uri);
+  }
   std::vector<std::string> all_repos = file.repos;
   all_repos.insert(all_repos.end(), repos.begin(), repos.end());
   for (const std::string& text : all_repos) {
@@ -122,7 +174,8 @@ CatalogOptions SourceOptions::ToCatalogOptions() const {
     options.cache_limit = *bytes;
   }
   if (!no_view_cache && file.view_cache.value_or(true)) options.computed_cache_dir = dir;
-  if (options.repos.empty()) return options;
+  if (options.repos.empty() && options.s3_sources.empty()) return options;
+  if (!options.s3_sources.empty()) options.s3 = S3ConfigOf(*this, file);
   RemoteSettings& settings = options.remote;
   settings.cache_dir = dir;
   settings.cache_limit = options.cache_limit;

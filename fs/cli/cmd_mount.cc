@@ -236,6 +236,26 @@ bool ClearMountpoint(MountArgs& args) {
   return true;
 }
 
+// s3:// sources are listed before the daemon starts, so that a missing bucket or wrong
+// credentials fail the mount with the store's word for it. An unreachable store does not: the
+// daemon serves the listing an earlier mount kept, or lists it once it answers.
+bool CheckS3Sources(const CatalogOptions& options) {
+  if (options.s3_sources.empty()) return true;
+  S3Client client(*options.s3);
+  for (const S3Uri& source : options.s3_sources) {
+    try {
+      ListS3Source(client, source, options.remote.cache_dir);
+    } catch (const S3Error& e) {
+      if (!e.transient()) {
+        std::cerr << "aprfs mount: " << e.what() << "\n";
+        return false;
+      }
+      std::cerr << "aprfs mount: warning: " << e.what() << "; its models appear once it answers\n";
+    }
+  }
+  return true;
+}
+
 int RunMount(MountArgs args) {
   std::error_code ec;
   args.mountpoint = MountpointPath(args.mountpoint);
@@ -261,6 +281,7 @@ int RunMount(MountArgs args) {
     std::cerr << "aprfs mount: " << e.what() << "\n";
     return 1;
   }
+  if (!CheckS3Sources(catalog_options)) return 1;
   if (!args.foreground) return ServeInBackground(args, catalog_options);
   SetUpLogging(args.log_level, args.log_file);
   if (args.log_file.empty() && StderrIsJournal()) spdlog::set_pattern("%l %v");

@@ -21,9 +21,16 @@ struct SourceOptions {
   unsigned max_connections = 0;    // 0: 8
   std::string views;               // empty: "apr,q4k"
   bool no_view_cache = false;
+  // S3 sources: what overrides the AWS environment and profiles.
+  std::string s3_endpoint;
+  std::string s3_region;
+  std::string s3_profile;
+  std::string s3_addressing;
+  bool no_sign_request = false;
 
   void AddTo(CLI::App& app);
-  // Throws std::runtime_error for a bad --repo, --cache-size or config file.
+  // Throws std::runtime_error for a bad --repo, --source s3://, --cache-size, config file or AWS
+  // configuration.
   CatalogOptions ToCatalogOptions() const;
 };
 

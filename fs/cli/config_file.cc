@@ -84,9 +84,21 @@ ConfigFile LoadConfigFile(const std::string& path) {
     } else if (key == "view_cache") {
       if (!value.is_boolean()) throw Bad(path, "\"view_cache\" must be true or false");
       config.view_cache = value.get<bool>();
+    } else if (key == "s3_endpoint") {
+      config.s3_endpoint = String(value, key, path);
+    } else if (key == "s3_region") {
+      config.s3_region = String(value, key, path);
+    } else if (key == "s3_profile") {
+      config.s3_profile = String(value, key, path);
+    } else if (key == "s3_addressing") {
+      config.s3_addressing = String(value, key, path);
+    } else if (key == "no_sign_request") {
+      if (!value.is_boolean()) throw Bad(path, "\"no_sign_request\" must be true or false");
+      config.no_sign_request = value.get<bool>();
     } else {
       throw Bad(path, "unknown key \"" + key + "\" (known: repos, sources, hf_cache, "
-                      "no_hf_cache, cache_dir, cache_size, max_connections, views, view_cache)");
+                      "no_hf_cache, cache_dir, cache_size, max_connections, views, view_cache, "
+                      "s3_endpoint, s3_region, s3_profile, s3_addressing, no_sign_request)");
     }
   }
   return config;

@@ -10,7 +10,10 @@ namespace aprfs {
 // ~/.config/aprfs/config.json): the same settings as the command line, e.g.
 //   {"repos": ["microsoft/phi-4", "Qwen/Qwen2.5-7B-Instruct@main"], "sources": ["/srv/models"],
 //    "cache_dir": "/var/cache/aprfs", "cache_size": "200G", "max_connections": 8,
-//    "views": ["apr", "q4k"], "view_cache": true}
+//    "views": ["apr", "q4k"], "view_cache": true,
+//    "s3_endpoint": "http://rgw.local:7480", "s3_region": "us-east-1", "s3_profile": "models",
+//    "s3_addressing": "path", "no_sign_request": false}
+// (S3 sources go in "sources" as s3://BUCKET/PREFIX.)
 struct ConfigFile {
   std::vector<std::string> repos;
   std::vector<std::string> sources;
@@ -21,6 +24,11 @@ struct ConfigFile {
   std::optional<unsigned> max_connections;
   std::optional<std::string> views;  // "apr,q4k" (a JSON list is joined)
   std::optional<bool> view_cache;
+  std::optional<std::string> s3_endpoint;
+  std::optional<std::string> s3_region;
+  std::optional<std::string> s3_profile;
+  std::optional<std::string> s3_addressing;  // auto, path, virtual
+  std::optional<bool> no_sign_request;
 };
 
 // Where the config file is looked for when --config is not given.

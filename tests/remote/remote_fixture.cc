@@ -253,7 +253,8 @@ std::string ProcResult::Describe() const {
 
 std::vector<std::string> CleanEnvironment(const std::vector<std::string>& extra) {
   auto dropped = [](const std::string& name) {
-    static const char* prefixes[] = {"HF_", "HUGGING_FACE_", "HUGGINGFACE_"};
+    // AWS_*: the S3 tests say which credentials, profile and endpoint a daemon gets.
+    static const char* prefixes[] = {"HF_", "HUGGING_FACE_", "HUGGINGFACE_", "AWS_"};
     for (const char* p : prefixes) {
       if (name.rfind(p, 0) == 0) return true;
     }

@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "fetch/hub_origin.h"
 #include "fetch/remote_model.h"
 #include "fetch/sha256.h"
 #include "tests/support/model_writer.h"
@@ -39,9 +40,11 @@ class VerifyAndPublishTest : public ::testing::Test {
                 0);
       EXPECT_EQ(store->Commit(*claim), 0);
     }
-    RemoteBlob blob{"org/model", std::string(40, 'c'), "model.safetensors", content.size(),
-                    sha256};
-    return std::make_shared<RemoteFile>(blob, store, context_->chunks(), context_->hub(),
+    const std::string commit(40, 'c');
+    RemoteBlob blob = HubBlob("org/model", commit, "model.safetensors", content.size(), sha256);
+    auto origin = std::make_unique<HubOrigin>(context_->hub(), "org/model", commit,
+                                              "model.safetensors", sha256);
+    return std::make_shared<RemoteFile>(blob, std::move(origin), store, context_->chunks(),
                                         context_->fetcher(), RemoteOptions{});
   }
 
