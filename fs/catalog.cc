@@ -171,6 +171,12 @@ Catalog::Catalog(CatalogOptions options) : options_(std::move(options)) {
   }
   if (!options_.s3_sources.empty()) {
     s3_client_ = std::make_unique<S3Client>(options_.s3.value_or(S3Config{}));
+    const auto now = std::chrono::steady_clock::now();
+    for (const S3Uri& source : options_.s3_sources) {
+      auto listed = options_.s3_listed.find(source.ToString());
+      if (listed == options_.s3_listed.end()) continue;
+      s3_listings_[source.ToString()] = S3Listing{now, FindS3Models(source, listed->second)};
+    }
   }
   if (!options_.repos.empty() || !options_.s3_sources.empty()) {
     remote_ = std::make_unique<RemoteContext>(options_.hub, options_.remote, chunk_cache_.get());

@@ -101,7 +101,8 @@ HttpRequest S3Client::Request(const std::string& bucket, const std::string& key,
   return request;
 }
 
-std::vector<S3Object> S3Client::List(const std::string& bucket, const std::string& prefix) const {
+std::vector<S3Object> S3Client::List(const std::string& bucket, const std::string& prefix,
+                                     int attempts) const {
   std::vector<S3Object> objects;
   std::string token;
   std::string what = ObjectName(bucket, prefix);
@@ -111,7 +112,8 @@ std::vector<S3Object> S3Client::List(const std::string& bucket, const std::strin
                                                               {"prefix", prefix}};
     if (!token.empty()) query.emplace_back("continuation-token", token);
     HttpRequest request = Request(bucket, "", std::move(query));
-    HttpResponse response = PerformWithRetries(request, options_.max_attempts);
+    HttpResponse response =
+        PerformWithRetries(request, attempts > 0 ? attempts : options_.max_attempts);
     if (!response.complete() || response.status != 200) throw ErrorFor(response, what);
     std::string error;
     std::optional<S3ListPage> page = ParseListObjectsV2(response.body, &error);

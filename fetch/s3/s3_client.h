@@ -74,8 +74,10 @@ class S3Client {
   HttpRequest Request(const std::string& bucket, const std::string& key,
                       std::vector<std::pair<std::string, std::string>> query = {}) const;
 
-  // Every object whose key starts with `prefix` (all pages). Throws S3Error.
-  std::vector<S3Object> List(const std::string& bucket, const std::string& prefix) const;
+  // Every object whose key starts with `prefix` (all pages). `attempts` bounds the tries of
+  // each page (0: options().max_attempts). Throws S3Error.
+  std::vector<S3Object> List(const std::string& bucket, const std::string& prefix,
+                             int attempts = 0) const;
   // The whole object, which must be `etag` (If-Match) and at most `max_bytes`. Throws S3Error.
   std::string Get(const std::string& bucket, const S3Object& object, uint64_t max_bytes) const;
   // Bytes [begin, begin + length) of the object, which must be `object.etag`. Throws S3Error.

@@ -214,21 +214,22 @@ std::vector<S3Object> ListS3Source(const S3Client& client, const S3Uri& source,
                                    const std::string& cache_dir) {
   const std::string cached = BucketMetaDir(cache_dir, client, source.bucket) + "/listings/" +
                              Sha256Hex(source.prefix).substr(0, 24) + ".json";
+  std::optional<std::string> text = ReadFileIfExists(cached, kMaxSmallFile);
+  std::optional<std::vector<S3Object>> kept = text ? ParseListingJson(*text) : std::nullopt;
   try {
-    // "models/" rather than "models": objects of a folder "models-old" are not ours.
-    std::vector<S3Object> objects =
-        client.List(source.bucket, source.prefix.empty() ? "" : source.prefix + "/");
+    // "models/" rather than "models": objects of a folder "models-old" are not ours. With a
+    // listing kept, a store that does not answer at once is not waited for long.
+    std::vector<S3Object> objects = client.List(
+        source.bucket, source.prefix.empty() ? "" : source.prefix + "/", kept ? 2 : 0);
     WriteAtomically(cached, ListingJson(objects));
     return objects;
   } catch (const S3Error& e) {
     if (!e.transient()) throw;
-    std::optional<std::string> text = ReadFileIfExists(cached, kMaxSmallFile);
-    std::optional<std::vector<S3Object>> objects = text ? ParseListingJson(*text) : std::nullopt;
-    if (!objects) {
+    if (!kept) {
       throw S3Error(e.kind(), std::string(e.what()) + "; no listing kept by an earlier mount");
     }
     spdlog::warn("{}: using the listing kept by an earlier mount ({})", source.ToString(), e.what());
-    return *objects;
+    return *kept;
   }
 }
 

@@ -239,12 +239,13 @@ bool ClearMountpoint(MountArgs& args) {
 // s3:// sources are listed before the daemon starts, so that a missing bucket or wrong
 // credentials fail the mount with the store's word for it. An unreachable store does not: the
 // daemon serves the listing an earlier mount kept, or lists it once it answers.
-bool CheckS3Sources(const CatalogOptions& options) {
+// The listings go to the daemon, which then need not list again.
+bool CheckS3Sources(CatalogOptions& options) {
   if (options.s3_sources.empty()) return true;
   S3Client client(*options.s3);
   for (const S3Uri& source : options.s3_sources) {
     try {
-      ListS3Source(client, source, options.remote.cache_dir);
+      options.s3_listed[source.ToString()] = ListS3Source(client, source, options.remote.cache_dir);
     } catch (const S3Error& e) {
       if (!e.transient()) {
         std::cerr << "aprfs mount: " << e.what() << "\n";
@@ -281,10 +282,14 @@ int RunMount(MountArgs args) {
     std::cerr << "aprfs mount: " << e.what() << "\n";
     return 1;
   }
+  // A foreground daemon logs from here on (what listing S3 sources finds, too); a background
+  // one's caller reads the warnings on its terminal.
+  if (args.foreground) {
+    SetUpLogging(args.log_level, args.log_file);
+    if (args.log_file.empty() && StderrIsJournal()) spdlog::set_pattern("%l %v");
+  }
   if (!CheckS3Sources(catalog_options)) return 1;
   if (!args.foreground) return ServeInBackground(args, catalog_options);
-  SetUpLogging(args.log_level, args.log_file);
-  if (args.log_file.empty() && StderrIsJournal()) spdlog::set_pattern("%l %v");
   return Serve(args, catalog_options, [](bool ok, const std::string& message) {
     if (!ok) {
       spdlog::error("mount failed: {}", message);
