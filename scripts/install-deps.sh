@@ -1,22 +1,24 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages aprfs needs to build and run (scripts/run.sh); with --all, also
 # those of the tests and benchmarks (scripts/test.sh): GoogleTest; nginx, aria2 and curl for the
-# fake Hub; mount(8), setpriv and useradd, systemd-analyze (no running systemd needed) and groff
-# for the service tests; getfattr; Clang and its runtimes for fuzzing; fio and perf for
-# bench/all.sh. Idempotent: when every package is installed already, it changes nothing (and
-# skips `apt-get update`).
+# fake Hub; a Ceph monitor, OSD and radosgw for the S3 server of the S3 tests
+# (tests/tools/radosgw.sh); mount(8), setpriv and useradd, systemd-analyze (no running systemd
+# needed) and groff for the service tests; getfattr; Clang and its runtimes for fuzzing; fio and
+# perf for bench/all.sh. Idempotent: when every package is installed already, it changes nothing
+# (and skips `apt-get update`).
 # Usage: scripts/install-deps.sh [--all]
 set -euo pipefail
 MAIN=(
   build-essential cmake ninja-build pkg-config ca-certificates
   libfuse3-dev fuse3
   nlohmann-json3-dev libcli11-dev libspdlog-dev
-  libcurl4-openssl-dev libssl-dev zlib1g-dev libisal-dev libboost-dev
+  libcurl4-openssl-dev libssl-dev zlib1g-dev libisal-dev libboost-dev libpugixml-dev
   python3
 )
 EXTRAS=(
   libgtest-dev
   nginx-light aria2 curl
+  ceph-mon ceph-osd radosgw
   mount util-linux bsdutils passwd systemd groff-base
   attr
   clang libclang-rt-14-dev
