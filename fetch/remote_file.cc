@@ -12,6 +12,8 @@ namespace {
 
 constexpr size_t kMaxStreams = 8;
 constexpr auto kCancelPoll = std::chrono::milliseconds(200);
+// Downloaded bytes go to the chunk store in writes of this size.
+constexpr uint64_t kGatherBytes = 1 << 20;
 // After a chunk found no room in the cache: no read-ahead for this long.
 constexpr auto kNoRoomPause = std::chrono::seconds(10);
 
@@ -571,21 +573,32 @@ RemoteFile::Attempt RemoteFile::Download(const ChunkStore::Claim& claim, uint64_
     }
     return true;
   };
-  if (memory) memory->reserve(length);
+  // The body goes to the store in writes of 1 MiB: written as it arrived (tens of KB at a time),
+  // the writes of every connection to the same file contended for its inode lock and took 40%
+  // of the daemon's CPU on a 1 GB read from S3. One buffer per download worker, reused.
+  thread_local std::string gathered;
+  std::string& sink = memory ? *memory : gathered;
+  uint64_t flushed = 0;  // bytes of the body already in the store
+  sink.clear();
+  sink.reserve(memory ? length : std::min<uint64_t>(length, kGatherBytes));
+  auto flush = [&] {
+    if (memory || sink.empty() || write_error) return;
+    write_error = store_->Write(claim, begin + flushed, sink);
+    flushed += sink.size();
+    sink.clear();
+  };
   request.on_body = [&](std::string_view bytes) {
     if (received + bytes.size() > length) return false;
-    if (memory) {
-      memory->append(bytes);
-    } else {
-      write_error = store_->Write(claim, begin + received, bytes);
-    }
+    sink.append(bytes);
     received += bytes.size();
+    if (!memory && sink.size() >= kGatherBytes) flush();
     return write_error == 0;
   };
   stats_.requests++;
   Attempt result;
   result.response = ThreadHttpSession().Perform(request);
   const HttpResponse& response = result.response;
+  if (response.complete() && response.status == 206 && received == length) flush();
   const std::string data_path = store_->dir() + "/data";
   if (write_error) {
     return {"cannot write the chunk cache " + data_path + ": " + std::strerror(write_error), true,

@@ -1,0 +1,160 @@
+#!/usr/bin/env bash
+# Issue #13's figures: a model in an S3 bucket of a real Ceph radosgw on loopback
+# (tests/tools/radosgw.sh), every ratio against baselines of the same run.
+#   first  time to first byte: `aprfs mount` + the first byte of NAME.apr, against the first
+#          byte of the first shard by `rclone cat` and by `aws s3api get-object --range`.
+#   read   cold sequential read of NAME.apr through a fresh mount (empty chunk cache, page cache
+#          dropped; the chunks go to the cache on disk, as in use), against `rclone copy` (its
+#          default multi-thread streams) and `aws s3 cp --recursive` (Debian's awscli) of the
+#          same objects to a folder on the same disk. Alternating, RUNS times each; medians.
+#   nodes  N mounts with separate caches (N nodes) and 2 mounts sharing one cache (one node) read
+#          the whole file at once; radosgw's own counter of bytes sent (perf dump rgw.get_b) says
+#          how many copies the store served.
+#
+# Usage: sudo bench/s3.sh
+# Env: APRFS=build/fs/aprfs  WORK=/var/tmp/aprfs-bench13  MODEL=bench-1g  RUNS=3  NODES=4
+#      SECTIONS="first read nodes"  RESULTS=$WORK/results-<date>.txt  PORT=7680
+#      MOUNT_ARGS="--max-connections 16" (more options of every mount)
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+APRFS=$(realpath -m "${APRFS:-$ROOT/build/fs/aprfs}")
+WORK=${WORK:-/var/tmp/aprfs-bench13}
+MODEL=${MODEL:-bench-1g}
+RUNS=${RUNS:-3}
+NODES=${NODES:-4}
+PORT=${PORT:-7680}
+SECTIONS=${SECTIONS:-first read nodes}
+RESULTS=${RESULTS:-$WORK/results-$(date +%Y%m%d-%H%M%S).txt}
+RGW=$WORK/rgw
+BUCKET=bench
+ENDPOINT=http://127.0.0.1:$PORT
+# The machine's CA bundle settings do not apply to a loopback http endpoint (and rclone fails
+# on an AWS_CA_BUNDLE it cannot load into its transport).
+unset AWS_CA_BUNDLE
+AWS=/usr/bin/aws  # Debian's awscli, not one a Python environment puts first in PATH
+export AWS_ACCESS_KEY_ID=TESTACCESSKEY AWS_SECRET_ACCESS_KEY=TESTSECRETKEY123 AWS_REGION=us-east-1
+export RCLONE_CONFIG_RGW_TYPE=s3 RCLONE_CONFIG_RGW_PROVIDER=Ceph RCLONE_CONFIG_RGW_ENDPOINT=$ENDPOINT
+export RCLONE_CONFIG_RGW_ACCESS_KEY_ID=$AWS_ACCESS_KEY_ID
+export RCLONE_CONFIG_RGW_SECRET_ACCESS_KEY=$AWS_SECRET_ACCESS_KEY
+
+die() { echo "bench/s3.sh: $*" >&2; exit 1; }
+has_section() { [[ " $SECTIONS " == *" $1 "* ]]; }
+now() { date +%s.%N; }
+calc() { echo "scale=4; $*" | bc; }
+median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+record() { echo "$1=$2" | tee -a "$RESULTS"; }
+drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches; }
+mounts=()
+mount_at() {  # MOUNTPOINT CACHE_DIR
+  mkdir -p "$1"
+  "$APRFS" mount "$1" --no-hf-cache --source "s3://$BUCKET/models" --s3-endpoint "$ENDPOINT" \
+    --cache-dir "$2" --log-file "$WORK/aprfs.log" ${MOUNT_ARGS:-} || die "mount failed; see $WORK/aprfs.log"
+  mounts+=("$1")
+}
+unmount_all() {
+  for mp in "${mounts[@]}"; do "$APRFS" umount "$mp" >/dev/null 2>&1 || umount -l "$mp" 2>/dev/null || true; done
+  mounts=()
+}
+cleanup() { unmount_all; "$ROOT/tests/tools/radosgw.sh" stop "$RGW" >/dev/null 2>&1 || true; }
+trap cleanup EXIT
+bytes_sent() {  # radosgw's count of object bytes it sent
+  ceph --admin-daemon "$RGW/run/client.rgw.gw.asok" perf dump |
+    python3 -c 'import json, sys; print(json.load(sys.stdin)["rgw"]["get_b"])'
+}
+
+[ "$(id -u)" = 0 ] || die "run as root (drops the page cache, mounts)"
+[ -x "$APRFS" ] || die "no aprfs binary at $APRFS (build first)"
+for tool in rclone "$AWS" ceph radosgw bc; do
+  command -v "$tool" >/dev/null || die "$tool missing: apt-get install rclone awscli ceph-mon ceph-osd radosgw bc"
+done
+mkdir -p "$WORK"
+echo "# bench/s3.sh $(date -Is) $(git -C "$ROOT" rev-parse --short HEAD) load $(cut -d' ' -f1-3 /proc/loadavg) MOUNT_ARGS=${MOUNT_ARGS:-}" | tee -a "$RESULTS"
+if [ ! -e "$WORK/models/m/config.json" ]; then
+  python3 "$ROOT/tests/tools/make_model.py" --preset "$MODEL" "$WORK/models/m" >/dev/null
+fi
+model_bytes=$(cat "$WORK"/models/m/* | wc -c)
+record model_bytes "$model_bytes"
+RGW_MEMSTORE_BYTES=$((model_bytes * 2 + (1 << 30))) "$ROOT/tests/tools/radosgw.sh" start "$RGW" "$PORT" >/dev/null
+"$AWS" --endpoint-url "$ENDPOINT" s3 mb "s3://$BUCKET" >/dev/null
+"$AWS" --endpoint-url "$ENDPOINT" s3 cp --recursive --only-show-errors "$WORK/models/m" "s3://$BUCKET/models/m"
+first_shard=$(cd "$WORK/models/m" && ls ./*.safetensors | head -1 | cut -c3-)
+
+if has_section first; then
+  mount_t=() rclone_t=() aws_t=()
+  for run in $(seq "$RUNS"); do
+    rm -rf "$WORK/cache"
+    t0=$(now)
+    mount_at "$WORK/mnt" "$WORK/cache"
+    head -c 1 "$WORK/mnt/m.apr" >/dev/null
+    mount_t+=("$(calc "$(now) - $t0")")
+    unmount_all
+    t0=$(now)
+    rclone cat --count 1 "rgw:$BUCKET/models/m/$first_shard" >/dev/null
+    rclone_t+=("$(calc "$(now) - $t0")")
+    t0=$(now)
+    "$AWS" --endpoint-url "$ENDPOINT" s3api get-object --bucket "$BUCKET" \
+      --key "models/m/$first_shard" --range bytes=0-0 /dev/null >/dev/null
+    aws_t+=("$(calc "$(now) - $t0")")
+  done
+  record first_byte_mount_s "$(median "${mount_t[@]}")"
+  record first_byte_rclone_s "$(median "${rclone_t[@]}")"
+  record first_byte_aws_s "$(median "${aws_t[@]}")"
+fi
+
+if has_section read; then
+  mount_t=() rclone_t=() aws_t=()
+  for run in $(seq "$RUNS"); do
+    rm -rf "$WORK/cache" "$WORK/out"
+    mount_at "$WORK/mnt" "$WORK/cache"
+    drop_caches
+    t0=$(now)
+    cat "$WORK/mnt/m.apr" >/dev/null
+    mount_t+=("$(calc "$(now) - $t0")")
+    apr_bytes=$(stat -c %s "$WORK/mnt/m.apr")
+    unmount_all
+    drop_caches
+    t0=$(now)
+    rclone copy "rgw:$BUCKET/models/m" "$WORK/out/rclone"
+    rclone_t+=("$(calc "$(now) - $t0")")
+    drop_caches
+    t0=$(now)
+    "$AWS" --endpoint-url "$ENDPOINT" s3 cp --recursive --only-show-errors \
+      "s3://$BUCKET/models/m" "$WORK/out/aws"
+    aws_t+=("$(calc "$(now) - $t0")")
+    cmp -s "$WORK/out/rclone/$first_shard" "$WORK/models/m/$first_shard" || die "rclone copied other bytes"
+  done
+  rm -rf "$WORK/out"
+  m=$(median "${mount_t[@]}") r=$(median "${rclone_t[@]}") a=$(median "${aws_t[@]}")
+  record apr_bytes "$apr_bytes"
+  record read_mount_s "$m"
+  record read_rclone_s "$r"
+  record read_aws_s "$a"
+  record read_mount_mb_s "$(calc "$apr_bytes / $m / 1000000")"
+  record read_rclone_mb_s "$(calc "$model_bytes / $r / 1000000")"
+  record read_aws_mb_s "$(calc "$model_bytes / $a / 1000000")"
+  # Above 1: the mount is faster (bytes per second, each over the bytes it moved).
+  record speed_vs_rclone "$(calc "($apr_bytes / $m) / ($model_bytes / $r)")"
+  record speed_vs_aws "$(calc "($apr_bytes / $m) / ($model_bytes / $a)")"
+fi
+
+if has_section nodes; then
+  rm -rf "$WORK"/node-*
+  before=$(bytes_sent)
+  for n in $(seq "$NODES"); do mount_at "$WORK/node-$n/mnt" "$WORK/node-$n/cache"; done
+  drop_caches
+  for n in $(seq "$NODES"); do cat "$WORK/node-$n/mnt/m.apr" >/dev/null & done
+  wait
+  unmount_all
+  record nodes "$NODES"
+  record nodes_copies_served "$(calc "($(bytes_sent) - $before) / $model_bytes")"
+  rm -rf "$WORK"/node-*
+  before=$(bytes_sent)
+  for n in 1 2; do mount_at "$WORK/node-shared/mnt-$n" "$WORK/node-shared/cache"; done
+  drop_caches
+  for n in 1 2; do cat "$WORK/node-shared/mnt-$n/m.apr" >/dev/null & done
+  wait
+  unmount_all
+  record shared_cache_mounts 2
+  record shared_cache_copies_served "$(calc "($(bytes_sent) - $before) / $model_bytes")"
+  rm -rf "$WORK"/node-shared
+fi
