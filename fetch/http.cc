@@ -167,6 +167,7 @@ HttpResponse HttpSession::Perform(const HttpRequest& request) {
   curl_easy_setopt(curl, CURLOPT_TCP_KEEPALIVE, 1L);
   curl_easy_setopt(curl, CURLOPT_BUFFERSIZE, 512L * 1024);
   if (request.method == "HEAD") curl_easy_setopt(curl, CURLOPT_NOBODY, 1L);
+  if (!request.ca_file.empty()) curl_easy_setopt(curl, CURLOPT_CAINFO, request.ca_file.c_str());
   if (request.aws_sigv4) {
     curl_easy_setopt(curl, CURLOPT_AWS_SIGV4, request.aws_sigv4->provider.c_str());
     curl_easy_setopt(curl, CURLOPT_USERNAME, request.aws_sigv4->access_key_id.c_str());

@@ -43,6 +43,7 @@ struct HttpRequest {
   std::string url;
   std::vector<std::string> headers;  // "Name: value"
   std::optional<AwsSigV4> aws_sigv4;  // signed by libcurl when set
+  std::string ca_file;                // certificates to check an https server by; "": the system's
   bool follow_redirects = false;
   std::chrono::milliseconds deadline{30000};      // the whole request
   std::chrono::milliseconds stall_timeout{10000};  // no byte received for this long

@@ -555,7 +555,33 @@ void ResolveCredentials(const Vars& vars, const S3Overrides& overrides, const Pr
     }
   }
   RejectUnsupportedMethods(profile);
+  // What EKS, ECS and container platforms set for their own credential providers.
+  for (const char* variable : {"AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+                               "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI"}) {
+    if (!vars.Get(variable)) continue;
+    throw AwsConfigError(std::string(variable) +
+                         " is set and no static keys are, but aprfs supports static keys only "
+                         "(AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or a profile with them). "
+                         "Export temporary keys to the environment with: eval \"$(aws configure "
+                         "export-credentials --format env)\"");
+  }
   out.credentials_source = "none found: unsigned requests";
+}
+
+// AWS_CA_BUNDLE, else the profile's ca_bundle: a file that must exist.
+std::string ResolveCaBundle(const AwsEnvironment& env, const Vars& vars, const Profile& profile) {
+  std::optional<std::string> path = vars.Get("AWS_CA_BUNDLE");
+  std::string where = "AWS_CA_BUNDLE";
+  if (!path) {
+    std::optional<Setting> setting = FindText(profile, "ca_bundle");
+    if (!setting) return "";
+    path = setting->value->value;
+    where = "ca_bundle in " + Where(profile, *setting);
+  }
+  if (!env.read_file(*path)) {
+    throw AwsConfigError(where + " names " + *path + ", which is not a file");
+  }
+  return *path;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -763,6 +789,7 @@ S3Config ResolveS3Config(const AwsEnvironment& env, const S3Overrides& overrides
   out.region = ResolveRegion(vars, overrides, profile);
   ResolveEndpoint(vars, overrides, profile, config_map, out);
   out.addressing = ResolveAddressing(overrides, profile);
+  out.ca_bundle = ResolveCaBundle(env, vars, profile);
   return out;
 }
 

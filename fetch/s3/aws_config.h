@@ -26,6 +26,9 @@ struct S3Config {
                                // trailing slash, always with a scheme
   bool custom_endpoint = false;  // the endpoint came from the environment or the profile
   S3Addressing addressing = S3Addressing::kAuto;
+  // The certificates an https endpoint is checked against (AWS_CA_BUNDLE, the profile's
+  // ca_bundle), for a store behind a private CA; "" for the system's.
+  std::string ca_bundle;
   std::string profile;           // the profile that was read ("default" unless AWS_PROFILE...)
   // Where the credentials came from, for messages ("AWS_ACCESS_KEY_ID", "profile dev in
   // /root/.aws/credentials", "none: anonymous"); never the keys themselves.
@@ -74,7 +77,11 @@ struct S3Overrides {
 //   endpoint_url, the profile's endpoint_url (none of those when
 //   AWS_IGNORE_CONFIGURED_ENDPOINT_URLS is true), else https://s3.REGION.amazonaws.com;
 // - addressing: overrides, the profile's `s3 =` sub-section addressing_style (auto, path,
-//   virtual), else kAuto.
+//   virtual), else kAuto;
+// - CA bundle: AWS_CA_BUNDLE, the profile's ca_bundle (the file must exist).
+// Credentials only the environment offers in ways aprfs does not implement
+// (AWS_WEB_IDENTITY_TOKEN_FILE, AWS_CONTAINER_CREDENTIALS_*_URI), with no static keys found, are
+// an AwsConfigError rather than a silent fall back to unsigned requests.
 // A variable set but empty counts as unset, as in the AWS CLI. Throws AwsConfigError on a
 // malformed file, an endpoint that is not an http(s) URL, only one of the two keys set, or an
 // unknown addressing style.

@@ -96,6 +96,7 @@ HttpRequest S3Client::Request(const std::string& bucket, const std::string& key,
       request.headers.push_back("x-amz-security-token: " + config_.credentials->session_token);
     }
   }
+  request.ca_file = config_.ca_bundle;
   request.deadline = options_.request_deadline;
   request.stall_timeout = options_.stall_timeout;
   return request;

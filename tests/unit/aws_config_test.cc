@@ -709,3 +709,41 @@ TEST_F(AwsConfigTest, ProcessEnvironmentReadsRealFiles) {
 
 }  // namespace
 }  // namespace aprfs
+
+namespace aprfs {
+namespace {
+
+// --- CA bundles and credentials only a platform provides ------------------------------------------
+
+TEST_F(AwsConfigTest, CaBundleFromTheEnvironmentOrTheProfileMustExist) {
+  files_["/etc/ssl/private-ca.pem"] = "-----BEGIN CERTIFICATE-----\n";
+  files_[kConfig] = "[default]\nca_bundle = /etc/ssl/private-ca.pem\n";
+  EXPECT_EQ(Resolve().ca_bundle, "/etc/ssl/private-ca.pem");
+  vars_["AWS_CA_BUNDLE"] = "/nowhere/ca.pem";
+  EXPECT_HAS(ErrorOf(), "AWS_CA_BUNDLE", "/nowhere/ca.pem");
+  vars_.erase("AWS_CA_BUNDLE");
+  files_[kConfig] = "[default]\nca_bundle = /gone.pem\n";
+  EXPECT_HAS(ErrorOf(), "ca_bundle", "/gone.pem", kConfig);
+  files_.erase(kConfig);
+  EXPECT_EQ(Resolve().ca_bundle, "");
+}
+
+TEST_F(AwsConfigTest, PlatformCredentialVariablesWithoutKeysAreRefusedNotIgnored) {
+  vars_["AWS_WEB_IDENTITY_TOKEN_FILE"] = "/var/run/secrets/token";
+  vars_["AWS_ROLE_ARN"] = "arn:aws:iam::123456789012:role/models";
+  EXPECT_HAS(ErrorOf(), "AWS_WEB_IDENTITY_TOKEN_FILE", "export-credentials");
+  // Static keys win, as in botocore's chain.
+  vars_["AWS_ACCESS_KEY_ID"] = "AKIDENV";
+  vars_["AWS_SECRET_ACCESS_KEY"] = kSecret;
+  EXPECT_EQ(Resolve().credentials_source, "environment (AWS_ACCESS_KEY_ID)");
+  vars_.clear();
+  vars_["HOME"] = kHome;
+  vars_["AWS_CONTAINER_CREDENTIALS_RELATIVE_URI"] = "/v2/credentials/x";
+  EXPECT_HAS(ErrorOf(), "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI");
+  S3Overrides unsigned_requests;
+  unsigned_requests.anonymous = true;
+  EXPECT_EQ(Resolve(unsigned_requests).credentials_source, "none: --no-sign-request");
+}
+
+}  // namespace
+}  // namespace aprfs
