@@ -15,6 +15,8 @@
 #include <stdexcept>
 #include <vector>
 
+#include <spdlog/spdlog.h>
+
 #include "fetch/page_cache.h"
 
 namespace aprfs {
@@ -52,7 +54,60 @@ int OpenOrThrow(const std::string& path, int flags) {
 
 uint64_t MapBytes(uint64_t chunk_count) { return kHeaderSize + 8 * chunk_count; }
 
-// Makes `map` describe an empty store for these parameters, unless it already does.
+// Makes `map` (open as map_fd) describe an empty store for these parameters.
+bool InitializeEmpty(const std::string& dir, int map_fd, uint64_t size, uint32_t chunk_size,
+                     uint64_t chunk_count) {
+  // Whatever the data file holds is not vouched for by any map: start empty.
+  int data_fd = OpenOrThrow(dir + "/data", O_RDWR | O_CREAT);
+  bool ok = ::ftruncate(data_fd, 0) == 0 && ::ftruncate(data_fd, static_cast<off_t>(size)) == 0;
+  ::close(data_fd);
+  MapHeader header{};
+  std::memcpy(header.magic, kMagic, 8);
+  header.file_size = size;
+  header.chunk_size = chunk_size;
+  header.flags = 0;
+  header.chunk_count = chunk_count;
+  return ok && ::ftruncate(map_fd, 0) == 0 &&
+         ::ftruncate(map_fd, static_cast<off_t>(MapBytes(chunk_count))) == 0 &&
+         ::pwrite(map_fd, &header, sizeof(header), 0) == sizeof(header) && ::fsync(map_fd) == 0;
+}
+
+// A store marked published whose publication claim nobody holds: its publisher died between
+// marking it and removing the store (the map goes before the claim is released). The data file
+// is then either still here (not moved yet, or moved back) and the flag is cleared, so the next
+// loader verifies and publishes it again; or it went into the HF cache under a temporary name,
+// and the store starts empty. Requires the store lock.
+void RecoverInterruptedPublication(const std::string& dir, int map_fd, MapHeader& header) {
+  if ((header.flags & kFlagPublished) == 0) return;
+  int claims_fd = ::open((dir + "/claims").c_str(), O_RDWR | O_CLOEXEC);
+  if (claims_fd < 0) return;  // removed: the publication completed
+  struct flock lock {};
+  lock.l_type = F_WRLCK;
+  lock.l_whence = SEEK_SET;
+  lock.l_start = static_cast<off_t>(header.chunk_count);  // the publication's byte
+  lock.l_len = 1;
+  // Free, and the map still ours: a publisher that completed removed the map before it let go.
+  struct stat ours, named;
+  const bool publisher_gone = ::fcntl(claims_fd, F_OFD_SETLK, &lock) == 0 &&
+                              ::fstat(map_fd, &ours) == 0 &&
+                              ::stat((dir + "/map").c_str(), &named) == 0 &&
+                              ours.st_ino == named.st_ino && ours.st_dev == named.st_dev;
+  bool ok = true;
+  if (publisher_gone && std::filesystem::exists(dir + "/data")) {
+    header.flags &= ~kFlagPublished;
+    ok = ::pwrite(map_fd, &header, sizeof(header), 0) == sizeof(header) && ::fsync(map_fd) == 0;
+    spdlog::warn("{}: its publication to the HF cache was interrupted; verified again", dir);
+  } else if (publisher_gone) {
+    ok = InitializeEmpty(dir, map_fd, header.file_size, header.chunk_size, header.chunk_count);
+    spdlog::warn("{}: its publication to the HF cache was interrupted after the data moved; "
+                 "downloaded again", dir);
+  }
+  ::close(claims_fd);  // releases the lock
+  if (!ok) throw SystemError("cannot recover", dir);
+}
+
+// Makes `map` describe a store for these parameters: the existing one when it does, an empty one
+// otherwise.
 void PrepareFiles(const std::string& dir, uint64_t size, uint32_t chunk_size,
                   uint64_t chunk_count) {
   int map_fd = OpenOrThrow(dir + "/map", O_RDWR | O_CREAT);
@@ -63,23 +118,15 @@ void PrepareFiles(const std::string& dir, uint64_t size, uint32_t chunk_size,
                ::pread(map_fd, &header, sizeof(header), 0) == sizeof(header) &&
                std::memcmp(header.magic, kMagic, 8) == 0 && header.file_size == size &&
                header.chunk_size == chunk_size && header.chunk_count == chunk_count;
-  if (!valid) {
-    // Whatever the data file holds is not vouched for by any map: start empty.
-    int data_fd = OpenOrThrow(dir + "/data", O_RDWR | O_CREAT);
-    bool ok = ::ftruncate(data_fd, 0) == 0 && ::ftruncate(data_fd, static_cast<off_t>(size)) == 0;
-    ::close(data_fd);
-    std::memcpy(header.magic, kMagic, 8);
-    header.file_size = size;
-    header.chunk_size = chunk_size;
-    header.flags = 0;
-    header.chunk_count = chunk_count;
-    ok = ok && ::ftruncate(map_fd, 0) == 0 &&
-         ::ftruncate(map_fd, static_cast<off_t>(MapBytes(chunk_count))) == 0 &&
-         ::pwrite(map_fd, &header, sizeof(header), 0) == sizeof(header) && ::fsync(map_fd) == 0;
-    if (!ok) {
-      ::close(map_fd);
+  try {
+    if (valid) {
+      RecoverInterruptedPublication(dir, map_fd, header);
+    } else if (!InitializeEmpty(dir, map_fd, size, chunk_size, chunk_count)) {
       throw SystemError("cannot initialize", dir);
     }
+  } catch (...) {
+    ::close(map_fd);
+    throw;
   }
   // Every page of the map backed by disk now: the words are written through the mapping, and a
   // store into a hole of a full filesystem is a SIGBUS that kills the daemon, not an error.
@@ -306,6 +353,7 @@ void ChunkStore::Release(int fd, uint64_t chunk) {
 ChunkStore::Claim::~Claim() { store_->Release(fd_, chunk_); }
 
 std::unique_ptr<ChunkStore::Claim> ChunkStore::TryClaim(uint64_t chunk) {
+  if (chunk >= chunk_count_) return nullptr;  // the byte after the chunks' is the publication's
   return TryClaimOn(claims_fd_, chunk);
 }
 
@@ -381,16 +429,20 @@ void ChunkStore::DropAll() {
   for (uint64_t chunk = 0; chunk < chunk_count_; ++chunk) Evict(chunk);
 }
 
-bool ChunkStore::MarkPublished(bool published) {
+std::unique_ptr<ChunkStore::Claim> ChunkStore::ClaimPublication() {
   std::lock_guard in_process(store_mu_);
   bip::scoped_lock<bip::file_lock> across_processes(store_lock_);
-  if (!published) {
-    Flags().fetch_and(~kFlagPublished, std::memory_order_acq_rel);
-    return true;
-  }
-  if (!Complete()) return false;
-  Flags().fetch_or(kFlagPublished, std::memory_order_acq_rel);
-  return true;
+  if (!Complete() || Published()) return nullptr;
+  std::unique_ptr<Claim> claim = TryClaimOn(claims_fd_, chunk_count_);  // the byte after the chunks'
+  if (claim) Flags().fetch_or(kFlagPublished, std::memory_order_acq_rel);
+  return claim;
+}
+
+void ChunkStore::AbandonPublication(const Claim& publication) {
+  if (publication.chunk() != chunk_count_) return;
+  std::lock_guard in_process(store_mu_);
+  bip::scoped_lock<bip::file_lock> across_processes(store_lock_);
+  Flags().fetch_and(~kFlagPublished, std::memory_order_acq_rel);
 }
 
 bool ChunkStore::Published() const {

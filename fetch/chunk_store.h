@@ -102,9 +102,14 @@ class ChunkStore {
   // Drops every chunk (the file failed verification).
   void DropAll();
 
-  // Set once the complete data file has been moved into the HF cache as a blob: from then on
-  // the data must never be written or punched again. Serialized with eviction.
-  bool MarkPublished(bool published = true);
+  // The right to move the complete data file into the HF cache as a blob: marks the store
+  // published (from then on the data is never written or punched again; serialized with
+  // eviction) and holds a claim the kernel drops if this process dies. Null when the store is
+  // incomplete or already published. Keep it until the store's files are removed: Open undoes a
+  // publication whose claim nobody holds (its publisher died).
+  std::unique_ptr<Claim> ClaimPublication();
+  // The publication failed and the data file is still the store's: evictable, writable again.
+  void AbandonPublication(const Claim& publication);
   bool Published() const;
 
   int data_fd() const { return data_fd_; }

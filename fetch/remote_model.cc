@@ -263,7 +263,8 @@ VerifyResult VerifyAndPublish(RemoteContext& context, RemoteFile& file,
   }
   spdlog::info("{}: complete and verified (sha256 {})", file.name(), hash.hex);
   if (!context.settings().hf_cache) return {VerifyResult::Verdict::Good, "verified"};
-  if (!store.MarkPublished()) return {VerifyResult::Verdict::Good, "verified (already published)"};
+  std::unique_ptr<ChunkStore::Claim> publication = store.ClaimPublication();
+  if (!publication) return {VerifyResult::Verdict::Good, "verified (already published)"};
   PublishRequest request;
   request.cache_dir = *context.settings().hf_cache;
   request.repo_id = blob.repo_id;
@@ -278,7 +279,7 @@ VerifyResult VerifyAndPublish(RemoteContext& context, RemoteFile& file,
   if (!result.ok) {
     spdlog::warn("{}: not published to the HF cache: {}", file.name(), result.error);
     file.NoteCacheError("not published to the HF cache: " + result.error);
-    store.MarkPublished(false);
+    store.AbandonPublication(*publication);
     return {VerifyResult::Verdict::Good, "verified, not published: " + result.error};
   }
   // The data now lives in the HF cache; this process still reads it through its descriptor.

@@ -7,11 +7,13 @@
 // counts what one sequential reader's restart downloads again; this test is about the readers.)
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <random>
 #include <set>
@@ -178,6 +180,56 @@ TEST_F(RemoteKillTest, KillDuringConcurrentReadsThenRemountOnTheSameMountpoint) 
   bool published = WaitUntilEveryShardPublished(hf, hub, "org/big", big, 30s);
   EXPECT_TRUE(published) << second->Log();
   EXPECT_EQ(second->LogText().find("does not match"), std::string::npos) << second->Log();
+  Unmount(second);
+}
+
+// A daemon killed while it publishes verified shards into the HF cache (it waits for the
+// blob locks the test holds, as it would for a slow disk or a Python client's download): the
+// next daemon finds the stores the dead one marked published, undoes that, verifies them again
+// and publishes them. (A shard left marked published was never published before.)
+TEST_F(RemoteKillTest, KilledWhilePublishingThenRemountPublishes) {
+  SetWatchdog(120s);
+  const SourceModel& tiny = TinyModel();
+  HubFixture& hub = StartHub("hub", {"--repo", "org/tiny=" + tiny.dir});
+  const std::string cache = Dir("cache"), hf = Dir("hf");
+  const std::vector<std::string> args = {"--repo", "org/tiny", "--cache-dir", cache,
+                                         "--hf-cache", hf};
+  std::vector<Fd> locks;
+  for (const std::string& shard : tiny.shards) {
+    const std::string dir = hf + "/.locks/" + RepoFolder("org/tiny");
+    std::filesystem::create_directories(dir);
+    const std::string lock = dir + "/" + hub.Sha("org/tiny", shard) + ".lock";
+    locks.emplace_back(::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+    ASSERT_TRUE(locks.back().ok());
+    ASSERT_EQ(::flock(locks.back().get(), LOCK_EX), 0);
+  }
+  AprfsMount* first = Mount("mnt", args, Env(hub.endpoint()));
+  ASSERT_NE(first, nullptr);
+  const std::string expected = MaterializedApr(tiny, "tiny", "hf://org/tiny");
+  SequentialRead whole = ReadSequentially(first->Path("tiny.apr"));
+  ASSERT_EQ(whole.error, 0) << std::strerror(std::max(0, whole.error));
+  ASSERT_TRUE(whole.bytes == expected);
+  // The first verified shard waits for its blob lock (the others wait behind it to be verified).
+  ASSERT_TRUE(WaitFor([&] { return first->LogText().find("complete and verified") != std::string::npos; },
+                      30s))
+      << first->Log();
+  std::this_thread::sleep_for(200ms);  // into the wait for the lock
+  first->Kill();
+  ASSERT_TRUE(WaitFor([&] { return !first->Alive(); }, 10s));
+  EXPECT_EQ(first->LogText().find(": published to"), std::string::npos) << first->Log();
+  locks.clear();  // the blob locks are free again
+
+  AprfsMount* second = Mount("mnt", args, Env(hub.endpoint()));
+  ASSERT_NE(second, nullptr);
+  ASSERT_EQ(FileSize(second->Path("tiny.apr")), expected.size());  // loads the model
+  bool published = WaitUntilEveryShardPublished(hf, hub, "org/tiny", tiny, 30s);
+  EXPECT_TRUE(published) << second->Log();
+  EXPECT_NE(second->LogText().find("publication to the HF cache was interrupted"),
+            std::string::npos)
+      << second->Log();
+  whole = ReadSequentially(second->Path("tiny.apr"));
+  ASSERT_EQ(whole.error, 0) << std::strerror(std::max(0, whole.error));
+  EXPECT_TRUE(whole.bytes == expected) << "the remounted file differs from the plan";
   Unmount(second);
 }
 

@@ -105,7 +105,8 @@ TEST_F(ChunkCacheTest, EvictsLeastRecentlyUsedChunksDownToNinetyPercent) {
   ASSERT_TRUE(FillAll(*a, 1));
   ASSERT_TRUE(FillAll(*b, 2));
   ASSERT_TRUE(FillAll(*c, 3));
-  ASSERT_TRUE(a->MarkPublished());
+  auto publication = a->ClaimPublication();
+  ASSERT_TRUE(publication);
   for (uint32_t i = 0; i < 10; ++i) {
     ASSERT_TRUE(SetAccess(*a, i, 500 + i));
     ASSERT_TRUE(SetAccess(*b, i, 1000 + 2 * i));

@@ -716,13 +716,16 @@ TEST_F(ChunkStoreTest, PublishedStoreIsNeitherEvictedNorWritten) {
   const std::string content = PseudoRandomBytes(size, 23);
   auto store = ChunkStore::Open(Dir(), size, kChunk);
   ASSERT_TRUE(FillChunk(*store, 0, content));
-  EXPECT_FALSE(store->MarkPublished()) << "an incomplete store cannot be published";
+  EXPECT_FALSE(store->ClaimPublication()) << "an incomplete store cannot be published";
   EXPECT_FALSE(store->Published());
   ASSERT_TRUE(FillChunk(*store, 1, content));
   ASSERT_TRUE(FillChunk(*store, 2, content));
 
-  ASSERT_TRUE(store->MarkPublished());
+  auto publication = store->ClaimPublication();
+  ASSERT_TRUE(publication);
   EXPECT_TRUE(store->Published());
+  EXPECT_FALSE(store->ClaimPublication()) << "published twice";
+  EXPECT_FALSE(store->TryClaim(store->chunk_count())) << "the publication's byte is no chunk";
   EXPECT_FALSE(store->Evict(0));
   EXPECT_TRUE(store->Present(0));
   {
@@ -736,14 +739,19 @@ TEST_F(ChunkStoreTest, PublishedStoreIsNeitherEvictedNorWritten) {
   EXPECT_EQ(ReadRange(*store, 0, size, &rc), content);
   EXPECT_EQ(rc, 0);
 
-  // The flag is in the map: it survives a restart.
-  store.reset();
-  store = ChunkStore::Open(Dir(), size, kChunk);
-  EXPECT_TRUE(store->Published());
-  EXPECT_FALSE(store->Evict(2));
+  // The flag is in the map: another process sees it while the publisher lives.
+  Child child([&]() -> int {
+    auto other = ChunkStore::Open(Dir() + "/.", size, kChunk);
+    if (other.get() == store.get()) return 20;
+    if (!other->Published()) return 21;
+    if (other->Evict(2)) return 22;
+    return 0;
+  });
+  ASSERT_TRUE(child.started());
+  EXPECT_EQ(child.Wait(), 0);
 
   // Undone (publication failed): evictable and writable again.
-  EXPECT_TRUE(store->MarkPublished(false));
+  store->AbandonPublication(*publication);
   EXPECT_FALSE(store->Published());
   {
     auto claim = store->TryClaim(1);
@@ -752,6 +760,66 @@ TEST_F(ChunkStoreTest, PublishedStoreIsNeitherEvictedNorWritten) {
   }
   EXPECT_TRUE(store->Evict(0));
   EXPECT_FALSE(store->Present(0));
+}
+
+// A publisher killed between marking the store and removing it (the CI's RemoteKillTest caught
+// a shard left published forever, never reaching the HF cache).
+TEST_F(ChunkStoreTest, PublicationInterruptedByItsPublishersDeathIsUndoneByTheNextOpen) {
+  const uint64_t size = 3 * kChunk + 5;
+  const std::string content = PseudoRandomBytes(size, 26);
+  {
+    auto store = ChunkStore::Open(Dir(), size, kChunk);
+    ASSERT_TRUE(FillAll(*store, content));
+  }
+  // `move_data`: the publisher dies after moving the data file away (into the HF cache).
+  auto publish_then_die = [&](bool move_data) {
+    Pipe to_parent;
+    auto child = std::make_unique<Child>([&]() -> int {
+      auto store = ChunkStore::Open(Dir(), size, kChunk);
+      auto publication = store->ClaimPublication();
+      if (!publication) return 30;
+      if (move_data && ::rename((Dir() + "/data").c_str(), (Dir() + "/moved").c_str()) != 0) {
+        return 31;
+      }
+      to_parent.Send('p');
+      ::pause();  // killed here, holding the publication
+      return 32;
+    });
+    EXPECT_EQ(to_parent.Receive(), 'p');
+    return child;
+  };
+
+  auto publisher = publish_then_die(false);
+  {
+    auto store = ChunkStore::Open(Dir(), size, kChunk);
+    EXPECT_TRUE(store->Published()) << "a live publisher's store was undone";
+    EXPECT_FALSE(store->Evict(0));
+  }
+  publisher.reset();  // SIGKILL
+  {
+    auto store = ChunkStore::Open(Dir(), size, kChunk);
+    EXPECT_FALSE(store->Published()) << "left published by a dead process";
+    EXPECT_TRUE(store->Complete()) << "the data was still here: nothing to download again";
+    int rc = -1;
+    EXPECT_EQ(ReadRange(*store, 0, size, &rc), content);
+    EXPECT_EQ(rc, 0);
+    EXPECT_TRUE(store->ClaimPublication()) << "cannot be published again";
+  }
+  {
+    auto store = ChunkStore::Open(Dir(), size, kChunk);  // released with the object above
+    EXPECT_FALSE(store->Published());
+  }
+
+  publisher = publish_then_die(true);
+  publisher.reset();
+  auto store = ChunkStore::Open(Dir(), size, kChunk);
+  EXPECT_FALSE(store->Published());
+  EXPECT_EQ(store->PresentCount(), 0u) << "chunks marked present without their data file";
+  EXPECT_EQ(BlocksOf(Dir() + "/data"), 0u);
+  ASSERT_TRUE(FillAll(*store, content));
+  int rc = -1;
+  EXPECT_EQ(ReadRange(*store, 0, size, &rc), content);
+  EXPECT_EQ(rc, 0);
 }
 
 TEST_F(ChunkStoreTest, DropAllDropsEveryChunk) {
@@ -834,7 +902,8 @@ TEST_F(ChunkStoreTest, ValidatorIsRecordedOnceAndReplacingItDropsTheOldVersion) 
   EXPECT_EQ(store->Validator(), 222u) << "not kept across a restart";
   // A published store keeps its version: its bytes are verified.
   ASSERT_TRUE(FillAll(*store, v2));
-  ASSERT_TRUE(store->MarkPublished());
+  auto publication = store->ClaimPublication();
+  ASSERT_TRUE(publication);
   EXPECT_FALSE(store->ReplaceValidator(222, 333));
   EXPECT_TRUE(store->Complete());
   EXPECT_EQ(store->Validator(), 222u);
