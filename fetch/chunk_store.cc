@@ -433,7 +433,8 @@ std::unique_ptr<ChunkStore::Claim> ChunkStore::ClaimPublication() {
   std::lock_guard in_process(store_mu_);
   bip::scoped_lock<bip::file_lock> across_processes(store_lock_);
   if (!Complete() || Published()) return nullptr;
-  std::unique_ptr<Claim> claim = TryClaimOn(claims_fd_, chunk_count_);  // the byte after the chunks'
+  // The byte after the chunks' is the publication's.
+  std::unique_ptr<Claim> claim = TryClaimOn(claims_fd_, chunk_count_);
   if (claim) Flags().fetch_or(kFlagPublished, std::memory_order_acq_rel);
   return claim;
 }

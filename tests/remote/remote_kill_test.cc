@@ -210,9 +210,8 @@ TEST_F(RemoteKillTest, KilledWhilePublishingThenRemountPublishes) {
   ASSERT_EQ(whole.error, 0) << std::strerror(std::max(0, whole.error));
   ASSERT_TRUE(whole.bytes == expected);
   // The first verified shard waits for its blob lock (the others wait behind it to be verified).
-  ASSERT_TRUE(WaitFor([&] { return first->LogText().find("complete and verified") != std::string::npos; },
-                      30s))
-      << first->Log();
+  auto verified = [&] { return first->LogText().find("complete and verified") != std::string::npos; };
+  ASSERT_TRUE(WaitFor(verified, 30s)) << first->Log();
   std::this_thread::sleep_for(200ms);  // into the wait for the lock
   first->Kill();
   ASSERT_TRUE(WaitFor([&] { return !first->Alive(); }, 10s));
