@@ -8,6 +8,7 @@
 #include <system_error>
 
 #include "fetch/local_file.h"
+#include "fetch/model_folder.h"
 #include "format/error.h"
 
 namespace aprfs {
@@ -98,30 +99,19 @@ namespace {
 ShardSet ReadModelFiles(const std::string& dir, const std::string& name,
                         const std::optional<std::string>& source_uri,
                         std::vector<std::string>& shard_files) {
-  ShardSet set;
+  ModelFolder folder;
+  folder.where = dir;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    if (IsFile(entry.path())) folder.files.insert(entry.path().filename().string());
+  }
+  folder.read = [&](const std::string& file) {
+    return ReadSmallFile((fs::path(dir) / file).string(), kMaxJsonFile);
+  };
+  folder.name_of = [&](const std::string& file) { return (fs::path(dir) / file).string(); };
+  ShardSet set = ReadModelFolder(folder, shard_files);
   set.name = name;
   set.source = source_uri;
-  fs::path folder(dir);
-  fs::path index_path = folder / kWeightIndexFile;
-  if (IsFile(index_path)) {
-    set.index = ParseWeightIndex(ReadSmallFile(index_path.string(), kMaxJsonFile), index_path.string());
-    shard_files = set.index->shard_files;
-  } else if (IsFile(folder / kSingleShardFile)) {
-    shard_files = {std::string(kSingleShardFile)};
-  } else {
-    shard_files = AllSafetensorsIn(folder);
-  }
-  if (shard_files.empty()) throw FormatError(dir + ": no safetensors files");
-  fs::path config_path = folder / "config.json";
-  if (IsFile(config_path)) {
-    set.config = ParseModelConfig(ReadSmallFile(config_path.string(), kMaxJsonFile), config_path.string());
-  }
-  fs::path tokenizer_path = folder / "tokenizer.json";
-  if (IsFile(tokenizer_path)) {
-    set.tokenizer = ParseTokenizerJson(ReadSmallFile(tokenizer_path.string(), kMaxJsonFile),
-                                       set.config.value_or(DefaultModelConfig()),
-                                       tokenizer_path.string());
-  }
   return set;
 }
 

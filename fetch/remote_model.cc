@@ -15,6 +15,7 @@
 
 #include "fetch/hf_cache_writer.h"
 #include "fetch/hub_origin.h"
+#include "fetch/model_folder.h"
 #include "fetch/local_file.h"
 #include "fetch/meta_cache.h"
 #include "fetch/sha256.h"
@@ -322,34 +323,19 @@ namespace {
 // metadata cache when an earlier load fetched them.
 ShardSet ReadRepoFiles(RemoteContext& context, const RemoteRepoSpec& spec,
                        const RepoRevision& revision, std::vector<std::string>& shard_files) {
-  ShardSet set;
+  ModelFolder folder;
+  folder.where = spec.repo_id + "@" + revision.commit;
+  for (const RepoFile& file : revision.files) {
+    if (file.path.find('/') == std::string::npos) folder.files.insert(file.path);
+  }
+  folder.read = [&](const std::string& path) {
+    return SmallFile(context, revision, *revision.Find(path));
+  };
+  folder.name_of = [](const std::string& path) { return path; };
+  ShardSet set = ReadModelFolder(folder, shard_files);
   size_t slash = spec.repo_id.find('/');
   set.name = slash == std::string::npos ? spec.repo_id : spec.repo_id.substr(slash + 1);
   set.source = "hf://" + spec.repo_id;
-  if (const RepoFile* index = revision.Find(std::string(kWeightIndexFile))) {
-    set.index = ParseWeightIndex(SmallFile(context, revision, *index), index->path);
-    shard_files = set.index->shard_files;
-  } else if (revision.Find(std::string(kSingleShardFile))) {
-    shard_files = {std::string(kSingleShardFile)};
-  } else {
-    for (const RepoFile& file : revision.files) {
-      if (file.path.find('/') == std::string::npos && file.path.size() > 12 &&
-          file.path.compare(file.path.size() - 12, 12, ".safetensors") == 0) {
-        shard_files.push_back(file.path);
-      }
-    }
-    std::sort(shard_files.begin(), shard_files.end());
-  }
-  if (shard_files.empty()) {
-    throw FormatError(spec.repo_id + "@" + revision.commit + ": no safetensors files in the repo");
-  }
-  if (const RepoFile* config = revision.Find("config.json")) {
-    set.config = ParseModelConfig(SmallFile(context, revision, *config), "config.json");
-  }
-  if (const RepoFile* tokenizer = revision.Find("tokenizer.json")) {
-    set.tokenizer = ParseTokenizerJson(SmallFile(context, revision, *tokenizer),
-                                       set.config.value_or(DefaultModelConfig()), "tokenizer.json");
-  }
   return set;
 }
 

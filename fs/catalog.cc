@@ -53,11 +53,6 @@ std::vector<ModelRef> FromHfCache(const std::string& cache_dir) {
   return refs;
 }
 
-std::string BaseName(const std::string& path) {
-  size_t slash = path.rfind('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
-
 ModelRef FromFolder(const fs::path& dir) {
   ModelRef ref;
   ref.key = "dir:" + dir.string();
@@ -216,12 +211,7 @@ std::vector<ModelRef> Catalog::FromS3Source(const S3Uri& source) {
     ModelRef ref;
     ref.key = "s3:" + model.folder.ToString();
     ref.name = model.Name();
-    size_t slash = model.folder.prefix.rfind('/');
-    if (slash != std::string::npos) {
-      ref.group = BaseName(model.folder.prefix.substr(0, slash));
-    } else if (!model.folder.prefix.empty()) {
-      ref.group = model.folder.bucket;
-    }
+    ref.group = model.Group();
     ref.dir = model.folder.ToString();
     ref.source_uri = model.folder.ToString();
     ref.from_source_option = true;

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "fetch/meta_cache.h"
+#include "fetch/model_folder.h"
 #include "fetch/s3/s3_origin.h"
 #include "fetch/sha256.h"
 #include "format/error.h"
@@ -122,32 +123,16 @@ class FolderReader {
 
   // The index, config and tokenizer, and the shards' paths (the rules of a local folder).
   ShardSet SideFiles(std::vector<std::string>& shard_files) const {
-    ShardSet set;
+    ModelFolder folder;
+    folder.where = model_.folder.ToString();
+    for (const auto& [path, object] : files_) {
+      if (path.find('/') == std::string::npos) folder.files.insert(path);
+    }
+    folder.read = [this](const std::string& path) { return SmallFile(*Find(path)); };
+    folder.name_of = [this](const std::string& path) { return Where(path); };
+    ShardSet set = ReadModelFolder(folder, shard_files);
     set.name = model_.Name();
     set.source = model_.folder.ToString();
-    if (const S3Object* index = Find(std::string(kWeightIndexFile))) {
-      set.index = ParseWeightIndex(SmallFile(*index), Where(std::string(kWeightIndexFile)));
-      shard_files = set.index->shard_files;
-    } else if (Find(std::string(kSingleShardFile))) {
-      shard_files = {std::string(kSingleShardFile)};
-    } else {
-      for (const auto& [path, object] : files_) {
-        if (path.find('/') == std::string::npos && EndsWith(path, ".safetensors")) {
-          shard_files.push_back(path);
-        }
-      }
-    }
-    if (shard_files.empty()) {
-      throw FormatError(model_.folder.ToString() + ": no safetensors objects in the folder");
-    }
-    if (const S3Object* config = Find("config.json")) {
-      set.config = ParseModelConfig(SmallFile(*config), Where("config.json"));
-    }
-    if (const S3Object* tokenizer = Find("tokenizer.json")) {
-      set.tokenizer = ParseTokenizerJson(SmallFile(*tokenizer),
-                                         set.config.value_or(DefaultModelConfig()),
-                                         Where("tokenizer.json"));
-    }
     return set;
   }
 
@@ -162,6 +147,12 @@ class FolderReader {
 
 std::string S3ModelRef::Name() const {
   return folder.prefix.empty() ? folder.bucket : BaseName(folder.prefix);
+}
+
+std::string S3ModelRef::Group() const {
+  size_t slash = folder.prefix.rfind('/');
+  if (slash != std::string::npos) return BaseName(folder.prefix.substr(0, slash));
+  return folder.prefix.empty() ? "" : folder.bucket;
 }
 
 std::string S3ModelRef::Fingerprint() const {

@@ -17,6 +17,9 @@ struct S3ModelRef {
 
   // The model's name: the folder's last segment (the bucket's name for a model at its root).
   std::string Name() const;
+  // The group it is listed in: the name of the folder holding it (the bucket's for a model one
+  // level below the root; "" for a model at the root).
+  std::string Group() const;
   // The objects' keys, sizes and ETags: another value means another version of the model.
   std::string Fingerprint() const;
 };

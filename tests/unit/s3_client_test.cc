@@ -202,6 +202,7 @@ TEST(S3ModelsTest, FoldersWithSafetensorsOrAnIndexAreModels) {
   // b/shards holds a *.safetensors too, but inside model b: part of it.
   EXPECT_EQ(folders, (std::vector<std::string>{"s3://bucket/models/a", "s3://bucket/models/b"}));
   EXPECT_EQ(models[0].Name(), "a");
+  EXPECT_EQ(models[0].Group(), "models");
   EXPECT_EQ(models[0].objects.size(), 2u);
   EXPECT_EQ(models[1].objects.size(), 2u);  // the index and the shard below it
   EXPECT_NE(models[0].Fingerprint(), models[1].Fingerprint());
@@ -213,6 +214,11 @@ TEST(S3ModelsTest, FoldersWithSafetensorsOrAnIndexAreModels) {
   models = FindS3Models(S3Uri{"phi-4", ""}, {object("model.safetensors")});
   ASSERT_EQ(models.size(), 1u);
   EXPECT_EQ(models[0].Name(), "phi-4");
+  EXPECT_EQ(models[0].Group(), "");
+  models = FindS3Models(S3Uri{"bucket", ""}, {object("phi-4/model.safetensors")});
+  ASSERT_EQ(models.size(), 1u);
+  EXPECT_EQ(models[0].Name(), "phi-4");
+  EXPECT_EQ(models[0].Group(), "bucket");
 }
 
 }  // namespace
