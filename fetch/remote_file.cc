@@ -14,6 +14,9 @@ constexpr size_t kMaxStreams = 8;
 constexpr auto kCancelPoll = std::chrono::milliseconds(200);
 // Downloaded bytes go to the chunk store in writes of this size.
 constexpr uint64_t kGatherBytes = 1 << 20;
+// The most chunks one request fetches: 64 MiB (radosgw served 8 MiB ranges at 0.6x the bytes
+// per second of 64 MiB ones).
+constexpr uint64_t kMaxSpanChunks = 8;
 // After a chunk found no room in the cache: no read-ahead for this long.
 constexpr auto kNoRoomPause = std::chrono::seconds(10);
 
@@ -315,14 +318,103 @@ void RemoteFile::Schedule(uint64_t chunk, Fetcher::Priority priority) {
 }
 
 void RemoteFile::RunFetch(uint64_t chunk) {
+  std::vector<uint64_t> span;
   {
     std::lock_guard lock(mu_);
     ChunkState& state = chunks_[chunk];
     if (state.phase != Phase::Queued) return;  // done by a twin task
     state.phase = Phase::Fetching;
+    span = TakeSpan(chunk);
   }
+  if (span.size() > 1) {
+    FetchSpan(span);
+  } else {
+    FetchAlone(chunk);
+  }
+}
+
+std::vector<uint64_t> RemoteFile::TakeSpan(uint64_t chunk) {
+  // The widest read-ahead window shared among the connections: a window of 16 chunks and 8
+  // connections makes requests of 2 chunks, as many requests as connections.
+  uint64_t window = 1;
+  for (const Stream& stream : streams_) window = std::max(window, stream.window);
+  const uint64_t most = std::clamp<uint64_t>(window / std::max(1u, fetcher_.workers()), 1,
+                                             kMaxSpanChunks);
+  // Queued chunks, and beyond the window's end ones nobody asked for yet: a stream whose window
+  // is that wide reads on (a stream at the window's end otherwise adds one chunk at a time, and
+  // its requests would stay one chunk long).
+  std::vector<uint64_t> span{chunk};
+  for (uint64_t next = chunk + 1; span.size() < most && next < store_->chunk_count(); ++next) {
+    ChunkState& state = chunks_[next];
+    if (state.phase == Phase::Fetching || store_->Present(next)) break;
+    state.phase = Phase::Fetching;  // a task queued for it finds it taken
+    span.push_back(next);
+  }
+  return span;
+}
+
+void RemoteFile::GiveBack(const std::vector<uint64_t>& chunks) {
+  std::lock_guard lock(mu_);
+  for (uint64_t chunk : chunks) {
+    ChunkState& state = chunks_[chunk];
+    const bool demand = state.demand || state.waiters > 0;
+    state.phase = Phase::Idle;
+    state.demand = false;
+    Schedule(chunk, demand ? Fetcher::Priority::Demand : Fetcher::Priority::Prefetch);
+  }
+}
+
+void RemoteFile::FetchSpan(const std::vector<uint64_t>& span) {
+  // Claimed in order; the request ends before a chunk another process holds or has stored.
+  std::vector<std::unique_ptr<ChunkStore::Claim>> claims;
+  for (uint64_t chunk : span) {
+    if (store_->Present(chunk)) break;
+    std::unique_ptr<ChunkStore::Claim> claim = store_->TryClaim(chunk);
+    if (!claim || store_->Present(chunk)) break;
+    claims.push_back(std::move(claim));
+  }
+  if (claims.size() < 2) {
+    claims.clear();
+    GiveBack(std::vector<uint64_t>(span.begin() + 1, span.end()));
+    FetchAlone(span.front());
+    return;
+  }
+  GiveBack(std::vector<uint64_t>(span.begin() + claims.size(), span.end()));
+  std::vector<const ChunkStore::Claim*> parts;
+  for (const auto& claim : claims) {
+    parts.push_back(claim.get());
+    (void)cache_.Reserve(store_->ChunkLength(claim->chunk()));
+  }
+  size_t handed = 0;  // chunks stored and handed to the commit lane
+  Attempt result = Download(parts, nullptr, [&](size_t index, uint64_t pin) {
+    const uint64_t chunk = claims[index]->chunk();
+    auto commit = std::make_shared<PendingCommit>(
+        PendingCommit{std::move(claims[index]), pin, store_->ChunkLength(chunk)});
+    fetcher_.Submit(Fetcher::Lane::Commit, [self = shared_from_this(), chunk, commit] {
+      self->FinishCommit(chunk, *commit);
+    });
+    handed = index + 1;
+  });
+  if (handed == claims.size()) return;
+  // Cut short: what the chunk it stopped in got is dropped, that chunk is fetched alone (as
+  // any chunk would be after a failed attempt) and the rest are queued again.
+  const uint64_t stopped = claims[handed]->chunk();
+  store_->Discard(*claims[handed]);
+  std::vector<uint64_t> rest;
+  for (size_t i = handed; i < claims.size(); ++i) {
+    cache_.Release(store_->ChunkLength(claims[i]->chunk()), /*stored=*/false);
+    if (i > handed) rest.push_back(claims[i]->chunk());
+  }
+  claims.clear();
+  spdlog::debug("{}: the request for chunks {}-{} stopped in chunk {}", blob_.name, span.front(),
+                span.front() + parts.size() - 1, stopped);
+  GiveBack(rest);
+  FetchAlone(stopped, &result);
+}
+
+void RemoteFile::FetchAlone(uint64_t chunk, const Attempt* failed) {
   Outcome outcome;
-  if (!store_->Present(chunk)) outcome = FetchChunk(chunk);
+  if (!store_->Present(chunk)) outcome = FetchChunk(chunk, failed);
   if (outcome.commit) {
     // Durable and present off this worker: its connection goes on with the next request while
     // the disk syncs (fdatasync took 30-70 ms of every 320 ms download with 8 connections).
@@ -405,7 +497,7 @@ void RemoteFile::LogNoRoom(uint64_t chunk, const std::string& error, const char*
               chunk, error, action);
 }
 
-RemoteFile::Outcome RemoteFile::FetchChunk(uint64_t chunk) {
+RemoteFile::Outcome RemoteFile::FetchChunk(uint64_t chunk, const Attempt* made) {
   static const std::string kStopping = "the mount is stopping";
   auto failed = [](std::string error) {
     Outcome outcome;
@@ -434,7 +526,9 @@ RemoteFile::Outcome RemoteFile::FetchChunk(uint64_t chunk) {
   uint64_t pin = 0;  // the version of the file the bytes are
   for (int attempt = 1;; ++attempt) {
     memory.clear();
-    Attempt result = Download(*claim, chunk, no_room.empty() ? nullptr : &memory);
+    // The first attempt may be a request for several chunks that failed in this one.
+    Attempt result = made ? *made : Download({claim.get()}, no_room.empty() ? nullptr : &memory);
+    made = nullptr;
     outcome.error = result.error;
     pin = result.pin;
     if (result.no_space) {
@@ -480,10 +574,12 @@ RemoteFile::Outcome RemoteFile::FetchChunk(uint64_t chunk) {
   return outcome;
 }
 
-RemoteFile::Attempt RemoteFile::Download(const ChunkStore::Claim& claim, uint64_t chunk,
-                                         std::string* memory) {
-  const uint64_t begin = store_->ChunkBegin(chunk);
-  const uint64_t length = store_->ChunkLength(chunk);
+RemoteFile::Attempt RemoteFile::Download(const std::vector<const ChunkStore::Claim*>& claims,
+                                         std::string* memory,
+                                         const std::function<void(size_t, uint64_t)>& on_chunk) {
+  const uint64_t begin = store_->ChunkBegin(claims.front()->chunk());
+  uint64_t length = 0;
+  for (const ChunkStore::Claim* claim : claims) length += store_->ChunkLength(claim->chunk());
   // The pinned version only: a server whose file changed answers with the whole new file
   // (refused at its headers, before a byte is stored).
   uint64_t sent_pin = 0;
@@ -575,30 +671,46 @@ RemoteFile::Attempt RemoteFile::Download(const ChunkStore::Claim& claim, uint64_
   };
   // The body goes to the store in writes of 1 MiB: written as it arrived (tens of KB at a time),
   // the writes of every connection to the same file contended for its inode lock and took 40%
-  // of the daemon's CPU on a 1 GB read from S3. One buffer per download worker, reused.
+  // of the daemon's CPU on a 1 GB read from S3. One buffer per download worker, reused. A write
+  // never crosses a chunk's end: each chunk is written under its own claim.
   thread_local std::string gathered;
   std::string& sink = memory ? *memory : gathered;
-  uint64_t flushed = 0;  // bytes of the body already in the store
+  size_t part = 0;       // the chunk the body is in now (index in `claims`)
+  uint64_t filled = 0;   // its bytes already in the store
   sink.clear();
   sink.reserve(memory ? length : std::min<uint64_t>(length, kGatherBytes));
   auto flush = [&] {
-    if (memory || sink.empty() || write_error) return;
-    write_error = store_->Write(claim, begin + flushed, sink);
-    flushed += sink.size();
+    const uint64_t at = store_->ChunkBegin(claims[part]->chunk()) + filled;
+    write_error = store_->Write(*claims[part], at, sink);
+    filled += sink.size();
     sink.clear();
   };
   request.on_body = [&](std::string_view bytes) {
     if (received + bytes.size() > length) return false;
-    sink.append(bytes);
     received += bytes.size();
-    if (!memory && sink.size() >= kGatherBytes) flush();
-    return write_error == 0;
+    if (memory) {
+      sink.append(bytes);
+      return true;
+    }
+    while (!bytes.empty()) {
+      const uint64_t chunk_left = store_->ChunkLength(claims[part]->chunk()) - filled - sink.size();
+      const size_t take = static_cast<size_t>(std::min<uint64_t>(chunk_left, bytes.size()));
+      sink.append(bytes.substr(0, take));
+      bytes.remove_prefix(take);
+      if (sink.size() >= kGatherBytes || take == chunk_left) flush();
+      if (write_error) return false;
+      if (take == chunk_left) {  // the chunk is in the store
+        if (on_chunk) on_chunk(part, commit_pin);
+        ++part;
+        filled = 0;
+      }
+    }
+    return true;
   };
   stats_.requests++;
   Attempt result;
   result.response = ThreadHttpSession().Perform(request);
   const HttpResponse& response = result.response;
-  if (response.complete() && response.status == 206 && received == length) flush();
   const std::string data_path = store_->dir() + "/data";
   if (write_error) {
     return {"cannot write the chunk cache " + data_path + ": " + std::strerror(write_error), true,

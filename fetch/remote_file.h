@@ -23,7 +23,9 @@ namespace aprfs {
 struct RemoteOptions {
   std::chrono::milliseconds read_deadline{60000};     // a read waits this long, then EIO
   std::chrono::milliseconds request_deadline{60000};  // one HTTP request for one chunk
-  unsigned prefetch_max_chunks = 16;  // the largest read-ahead window of a sequential stream
+  // The largest read-ahead window of a sequential stream: 512 MiB, so that requests of 8 chunks
+  // still keep 8 connections busy.
+  unsigned prefetch_max_chunks = 64;
 };
 
 // Which remote file, as logs, status pages and caches name it.
@@ -51,9 +53,10 @@ struct RemoteStats {
   std::atomic<uint64_t> cache_errors{0};
 };
 
-// A remote file read lazily (from the Hub, an S3 bucket: its RemoteOrigin): a read waits for the chunks it touches (fetched once, however
-// many readers wait, and never twice across processes thanks to the chunk store's claims);
-// sequential streams get a read-ahead window that doubles up to a limit. Every response is
+// A remote file read lazily (from the Hub, an S3 bucket: its RemoteOrigin): a read waits for the
+// chunks it touches (fetched once, however many readers wait, and never twice across processes
+// thanks to the chunk store's claims); sequential streams get a read-ahead window that doubles
+// up to a limit, fetched in requests spanning several chunks once it is wide. Every response is
 // validated (206, Content-Range, size, the pinned validator) before a byte is stored; a failed
 // attempt stores nothing. The validator the origin knows beforehand (an S3 ETag), or else the
 // one the server gives on first contact (its ETag, or Last-Modified), is pinned for the file and
@@ -140,6 +143,14 @@ class RemoteFile final : public ByteSource, public std::enable_shared_from_this<
   void ContinueStream(uint64_t window);
   void Schedule(uint64_t chunk, Fetcher::Priority priority);  // requires mu_
   void RunFetch(uint64_t chunk);
+  // The outcome of one HTTP attempt at a chunk.
+  struct Attempt {
+    std::string error;  // empty: the chunk is stored (or in `memory`)
+    bool fatal = false;  // retrying cannot help (404, 416, disk errors...)
+    bool no_space = false;  // the cache's disk is full (ENOSPC, EDQUOT)
+    HttpResponse response;  // for the retry delay (Retry-After)
+    uint64_t pin = 0;       // success: the version of the file the bytes are
+  };
   // A chunk downloaded into the store, still to be made durable and marked present.
   struct PendingCommit {
     std::unique_ptr<ChunkStore::Claim> claim;
@@ -157,20 +168,29 @@ class RemoteFile final : public ByteSource, public std::enable_shared_from_this<
   void FinishCommit(uint64_t chunk, PendingCommit& commit);
   // The chunk's fetch ended: its state, its waiters, and verification once the file is complete.
   void Finish(uint64_t chunk, Outcome outcome);
-  Outcome FetchChunk(uint64_t chunk);
+  // `made`: the first attempt, made already (FetchAlone).
+  Outcome FetchChunk(uint64_t chunk, const Attempt* made = nullptr);
   // The disk is full: pauses read-ahead; whether a reader waits for `chunk`.
   bool NoRoomFor(uint64_t chunk);
   void LogNoRoom(uint64_t chunk, const std::string& error, const char* action);
-  // The outcome of one HTTP attempt at a chunk.
-  struct Attempt {
-    std::string error;  // empty: the chunk is stored (or in `memory`)
-    bool fatal = false;  // retrying cannot help (404, 416, disk errors...)
-    bool no_space = false;  // the cache's disk is full (ENOSPC, EDQUOT)
-    HttpResponse response;  // for the retry delay (Retry-After)
-    uint64_t pin = 0;       // success: the version of the file the bytes are
-  };
-  // Into the store, or into `memory` when given.
-  Attempt Download(const ChunkStore::Claim& claim, uint64_t chunk, std::string* memory);
+  // One request for the claimed chunks (consecutive): into the store, each chunk handed to
+  // `on_chunk` (its index in `claims`, the version its bytes are) once its last byte is written;
+  // or, for one chunk, into `memory` when given.
+  Attempt Download(const std::vector<const ChunkStore::Claim*>& claims, std::string* memory,
+                   const std::function<void(size_t, uint64_t)>& on_chunk = {});
+  // The chunk (fetching) and the queued chunks right after it, marked fetching: what one request
+  // fetches. As many as keep every connection busy with the streams' read-ahead, at most
+  // kMaxSpanChunks. Requires mu_.
+  std::vector<uint64_t> TakeSpan(uint64_t chunk);
+  // Chunks taken for a request they were not fetched by: queued again.
+  void GiveBack(const std::vector<uint64_t>& chunks);
+  // One chunk in its own request(s), retried, then finished; `failed`: the first attempt was
+  // made already (a request for several chunks that failed in this one).
+  void FetchAlone(uint64_t chunk, const Attempt* failed = nullptr);
+  // Consecutive chunks in one request, each committed as soon as its bytes are stored (long
+  // requests are what a store serves cheapest). The chunk a failure stops in is fetched alone
+  // (its retries and failures counted there); the rest are queued again.
+  void FetchSpan(const std::vector<uint64_t>& span);
   // Whether an answer with validator `got` is of the version this process reads, pinning it at
   // the first answer: empty when it is (*pin: the fingerprint to commit under), else why not.
   std::string CheckVersion(const ServerValidator& got, uint64_t* pin);

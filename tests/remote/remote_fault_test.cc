@@ -44,7 +44,9 @@ std::map<uint64_t, int> ServedChunks(const json& stats, uint64_t size) {
     unsigned long long a, b;
     if (std::sscanf(entry["range"].get<std::string>().c_str(), "bytes=%llu-%llu", &a, &b) != 2)
       continue;
-    if (a % kChunk == 0 && b == std::min<uint64_t>(a + kChunk, size) - 1) ++out[a / kChunk];
+    // Whole chunks, one or several in a row.
+    if (a % kChunk != 0 || b >= size || ((b + 1) % kChunk != 0 && b != size - 1)) continue;
+    for (uint64_t chunk = a / kChunk; chunk <= b / kChunk; ++chunk) ++out[chunk];
   }
   return out;
 }

@@ -1182,6 +1182,22 @@ std::string MountType(const std::string& mountpoint) {
   return found;
 }
 
+namespace {
+
+#ifndef STATX_MNT_ID_UNIQUE
+#define STATX_MNT_ID_UNIQUE 0x4000U  // Linux 6.8
+#endif
+
+// The mount on top at `path`: its id that is never reused (mountinfo's ids are, at once), or 0.
+// From cached attributes: a dead FUSE mount answers too.
+uint64_t UniqueMountId(const std::string& path) {
+  struct statx st;
+  if (statx(AT_FDCWD, path.c_str(), AT_STATX_DONT_SYNC, STATX_MNT_ID_UNIQUE, &st) != 0) return 0;
+  return (st.stx_mask & STATX_MNT_ID_UNIQUE) ? st.stx_mnt_id : 0;
+}
+
+}  // namespace
+
 std::vector<std::string> MountsUnder(const std::string& root) {
   std::vector<std::string> out;
   std::ifstream in("/proc/self/mountinfo");
@@ -1213,6 +1229,9 @@ bool AprfsMount::Start(const std::vector<std::string>& args, const std::vector<s
   const std::string out = log_file_ + ".out";
   int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) return *error = "cannot create " + out, false;
+  // A dead mount left there (that the daemon replaces) is of the same type, and statfs() of it
+  // answered 0 once (two kill tests at once): the mount to wait for is another one.
+  const uint64_t dead_mount = UniqueMountId(mountpoint_);
   Spawned spawned = SpawnProcess(argv, env, fd, fd);
   ::close(fd);
   if (spawned.pid < 0) return *error = spawned.error, false;
@@ -1223,12 +1242,14 @@ bool AprfsMount::Start(const std::vector<std::string>& args, const std::vector<s
     g_mount_slots[this] = RegisterCrash(pid_, mountpoint_);
   }
   auto deadline = Clock::now() + 20s;
-  // Mounted and answering: a dead mount left there (that the daemon replaces) is of the same
-  // type. statfs(), not stat(): the kernel answers stat() of a dead mount's root from its
-  // attribute cache for a while; statfs() always asks the daemon (ENOTCONN when dead).
+  // Mounted (a new mount) and answering. statfs(), not stat(): the kernel answers stat() of a
+  // dead mount's root from its attribute cache for a while.
   struct statfs fs_info;
   for (;;) {
-    if (IsAprfsMounted(mountpoint_) && statfs(mountpoint_.c_str(), &fs_info) == 0) break;
+    const bool new_mount = dead_mount == 0 || UniqueMountId(mountpoint_) != dead_mount;
+    if (IsAprfsMounted(mountpoint_) && new_mount && statfs(mountpoint_.c_str(), &fs_info) == 0) {
+      break;
+    }
     if (!Alive()) {
       *error = "the daemon exited (status " + std::to_string(status_) + ") before " + mountpoint_ +
                " was mounted\n" + Log();

@@ -157,10 +157,13 @@ TEST_P(RemoteMirrorBytesTest, ExactBytesOfTheAprAndTheValidatorSentBack) {
   // Every chunk request after the first carries the pinned validator in If-Range (strong ETags
   // and dates); weak ETags and "none" are checked answer by answer instead.
   std::vector<AccessLine> chunks;
+  uint64_t covered = 0;  // chunks the requests fetched (a request may span several)
   for (const AccessLine& line : LinesFor(hub.CdnLog(), sha)) {
-    if (IsChunkRange(line, size)) chunks.push_back(line);
+    if (!IsChunkRange(line, size)) continue;
+    chunks.push_back(line);
+    covered += ChunksOf(line).size();
   }
-  ASSERT_GE(chunks.size(), ChunkCount(size)) << Describe(chunks);
+  ASSERT_GE(covered, ChunkCount(size)) << Describe(chunks);
   EXPECT_EQ(chunks.front().if_range, "") << "the first request cannot know the validator yet";
   const std::string expected = c.if_range == "etag"   ? given.etag
                                : c.if_range == "date" ? given.last_modified

@@ -30,10 +30,21 @@ inline bool IsHeaderRange(const AccessLine& line, uint64_t file_size) {
   return line.first == kHeaderRead && line.last < kChunk - 1;
 }
 
-// A CDN request for exactly one chunk of the chunk store.
+// A CDN request for whole chunks of the chunk store (one, or several in a row: a request for a
+// read-ahead window's chunks spans them).
 inline bool IsChunkRange(const AccessLine& line, uint64_t file_size) {
   if (!line.has_range || line.first % kChunk != 0 || line.first >= file_size) return false;
-  return line.last == std::min(line.first + kChunk, file_size) - 1;
+  if (line.last < line.first || line.last >= file_size) return false;
+  return (line.last + 1) % kChunk == 0 || line.last == file_size - 1;
+}
+
+// The chunks a chunk range covers.
+inline std::vector<uint64_t> ChunksOf(const AccessLine& line) {
+  std::vector<uint64_t> chunks;
+  for (uint64_t chunk = line.first / kChunk; chunk <= line.last / kChunk; ++chunk) {
+    chunks.push_back(chunk);
+  }
+  return chunks;
 }
 
 // CDN GETs of one blob.
@@ -51,7 +62,8 @@ inline std::map<uint64_t, int> ChunkDownloads(const std::vector<AccessLine>& log
                                               const std::string& sha, uint64_t file_size) {
   std::map<uint64_t, int> out;
   for (const AccessLine& line : LinesFor(log, sha)) {
-    if (line.status == 206 && IsChunkRange(line, file_size)) ++out[line.first / kChunk];
+    if (line.status != 206 || !IsChunkRange(line, file_size)) continue;
+    for (uint64_t chunk : ChunksOf(line)) ++out[chunk];
   }
   return out;
 }
