@@ -602,7 +602,8 @@ RemoteFile::Attempt RemoteFile::Download(const std::vector<const ChunkStore::Cla
   const bool sent_if_range =
       std::any_of(request.headers.begin(), request.headers.end(),
                   [](const std::string& header) { return header.rfind("If-Range:", 0) == 0; });
-  request.deadline = options_.request_deadline;
+  // Each chunk gets the deadline (a stall fails sooner: HttpRequest::stall_timeout).
+  request.deadline = options_.request_deadline * static_cast<int64_t>(claims.size());
   request.cancelled = [this] { return fetcher_.Stopping(); };
   std::string refusal;
   bool changed = false;       // the answer is of another version of the file

@@ -22,7 +22,7 @@ namespace aprfs {
 
 struct RemoteOptions {
   std::chrono::milliseconds read_deadline{60000};     // a read waits this long, then EIO
-  std::chrono::milliseconds request_deadline{60000};  // one HTTP request for one chunk
+  std::chrono::milliseconds request_deadline{60000};  // one HTTP request, per chunk it fetches
   // The largest read-ahead window of a sequential stream: 512 MiB, so that requests of 8 chunks
   // still keep 8 connections busy.
   unsigned prefetch_max_chunks = 64;
