@@ -55,16 +55,11 @@ PID=""
 SAMPLER=""
 MOUNTED_TRACEFS=""
 
-die() { echo "bench/all.sh: $*" >&2; exit 1; }
-has_section() { [[ " $SECTIONS " == *" $1 "* ]]; }
-now() { date +%s.%N; }
-calc() { echo "scale=4; $*" | bc; }
-fmt() { printf "%.${2:-2}f" "$1"; }
+source "$(dirname "$0")/lib.sh"
 spread() { [ $# -gt 1 ] || return 0; printf ' (runs %s–%s)' "$(fmt "$(printf '%s\n' "$@" | sort -g | head -1)")" "$(fmt "$(printf '%s\n' "$@" | sort -g | tail -1)")"; }
-median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 # The value of key=... in a line of key=value words.
 kv() { local word; for word in $2; do [[ $word == "$1="* ]] && { echo "${word#*=}"; return; }; done; die "no $1 in: $2"; }
-record() { echo "$1=$2" >> "$RESULTS"; }
+record() { echo "$1=$2" >> "$RESULTS"; }  # quiet: all.sh prints its own table
 # DROP_CACHES=0 on a machine shared with others: "cold" then means whatever the cache holds.
 drop_caches() { [ "$DROP_CACHES" = 0 ] && return 0; sync; echo 3 > /proc/sys/vm/drop_caches; }
 cached_kb() { awk '/^Cached:/ {print $2}' /proc/meminfo; }

@@ -23,13 +23,7 @@ RESULTS=${RESULTS:-$WORK/results-$(date +%Y%m%d-%H%M%S).txt}
 MP=$WORK/mnt
 LOG=$WORK/aprfs.log
 
-die() { echo "bench/gguf.sh: $*" >&2; exit 1; }
-has_section() { [[ " $SECTIONS " == *" $1 "* ]]; }
-now() { date +%s.%N; }
-calc() { echo "scale=4; $*" | bc; }
-median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
-record() { echo "$1=$2" | tee -a "$RESULTS"; }
-drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches; }
+source "$(dirname "$0")/lib.sh"
 mount_models() {
   mkdir -p "$MP"
   "$APRFS" mount "$MP" --no-hf-cache --source "$WORK/models" --log-file "$LOG" \

@@ -37,13 +37,7 @@ export RCLONE_CONFIG_RGW_TYPE=s3 RCLONE_CONFIG_RGW_PROVIDER=Ceph RCLONE_CONFIG_R
 export RCLONE_CONFIG_RGW_ACCESS_KEY_ID=$AWS_ACCESS_KEY_ID
 export RCLONE_CONFIG_RGW_SECRET_ACCESS_KEY=$AWS_SECRET_ACCESS_KEY
 
-die() { echo "bench/s3.sh: $*" >&2; exit 1; }
-has_section() { [[ " $SECTIONS " == *" $1 "* ]]; }
-now() { date +%s.%N; }
-calc() { echo "scale=4; $*" | bc; }
-median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
-record() { echo "$1=$2" | tee -a "$RESULTS"; }
-drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches; }
+source "$(dirname "$0")/lib.sh"
 mounts=()
 mount_at() {  # MOUNTPOINT CACHE_DIR
   mkdir -p "$1"

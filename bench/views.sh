@@ -30,14 +30,7 @@ MP=$WORK/mnt
 LOG=$WORK/aprfs.log
 PID=""
 
-die() { echo "bench/views.sh: $*" >&2; exit 1; }
-has_section() { [[ " $SECTIONS " == *" $1 "* ]]; }
-now() { date +%s.%N; }
-calc() { echo "scale=4; $*" | bc; }
-fmt() { printf "%.${2:-2}f" "$1"; }
-median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
-record() { echo "$1=$2" | tee -a "$RESULTS"; }
-drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches; }
+source "$(dirname "$0")/lib.sh"
 read_seconds() { local t0; t0=$(now); dd if="$1" of=/dev/null bs=1M status=none; calc "$(now) - $t0"; }
 
 mount_models() {  # mount_models SOURCE_DIR [aprfs options...]
