@@ -184,9 +184,9 @@ class RemoteFile final : public ByteSource, public std::enable_shared_from_this<
   std::vector<uint64_t> TakeSpan(uint64_t chunk);
   // Chunks taken for a request they were not fetched by: queued again.
   void GiveBack(const std::vector<uint64_t>& chunks);
-  // One chunk in its own request(s), retried, then finished; `failed`: the first attempt was
-  // made already (a request for several chunks that failed in this one).
-  void FetchAlone(uint64_t chunk, const Attempt* failed = nullptr);
+  // One chunk in its own request(s), retried, then finished; `made`: the first attempt, made
+  // already (a request for several chunks that failed in this one).
+  void FetchAlone(uint64_t chunk, const Attempt* made = nullptr);
   // Consecutive chunks in one request, each committed as soon as its bytes are stored (long
   // requests are what a store serves cheapest). The chunk a failure stops in is fetched alone
   // (its retries and failures counted there); the rest are queued again.
