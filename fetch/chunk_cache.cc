@@ -50,8 +50,8 @@ std::optional<uint64_t> ParseSize(const std::string& text) {
   return static_cast<uint64_t>(value * scale);
 }
 
-ChunkCache::ChunkCache(std::string root, uint64_t limit_bytes)
-    : root_(std::move(root)), limit_(limit_bytes) {
+ChunkCache::ChunkCache(std::string root, uint64_t limit_bytes, uint64_t memory_bytes)
+    : root_(std::move(root)), limit_(limit_bytes), memory_(memory_bytes) {
   std::error_code ec;
   fs::create_directories(root_, ec);
   if (limit_ > 0) janitor_ = std::thread([this] { Janitor(); });

@@ -10,6 +10,7 @@
 #include <optional>
 #include <thread>
 
+#include "fetch/chunk_memory.h"
 #include "fetch/chunk_store.h"
 
 namespace aprfs {
@@ -24,12 +25,15 @@ class ChunkCache {
   static constexpr uint32_t kChunkSize = 8u << 20;
   static constexpr double kKeepFreeShare = 0.05;
 
-  // `limit_bytes` 0 means no limit (no janitor).
-  ChunkCache(std::string root, uint64_t limit_bytes);
+  // `limit_bytes` 0 means no limit (no janitor); `memory_bytes`: for chunks just downloaded.
+  ChunkCache(std::string root, uint64_t limit_bytes,
+             uint64_t memory_bytes = ChunkMemory::DefaultLimit());
   ~ChunkCache();
 
   const std::string& root() const { return root_; }
   uint64_t limit() const { return limit_; }  // 0: none
+  // Chunks being downloaded and just downloaded, in memory (served from there, see ChunkMemory).
+  ChunkMemory& memory() { return memory_; }
   // The store of one remote file, by its etag (the sha256 of LFS files).
   std::shared_ptr<ChunkStore> Store(const std::string& etag, uint64_t size);
   // Present bytes over every store, and one eviction pass if they plus `incoming` exceed the
@@ -61,6 +65,7 @@ class ChunkCache {
 
   const std::string root_;
   const uint64_t limit_;
+  ChunkMemory memory_;
   std::mutex mu_;
   std::condition_variable wake_;
   bool stopping_ = false;

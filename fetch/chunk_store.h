@@ -72,7 +72,10 @@ class ChunkStore {
   };
   // Non-blocking: null when another holder (thread of another process, or the evictor) has it.
   std::unique_ptr<Claim> TryClaim(uint64_t chunk);
-  // Writes part of the claimed chunk's bytes (`offset` is absolute in the file).
+  // Writes part of the claimed chunk's bytes (`offset` is absolute in the file). Bytes, offset
+  // and length aligned to kDirectAlignment go past the page cache (O_DIRECT) where the
+  // filesystem allows it.
+  static constexpr size_t kDirectAlignment = 4096;
   int Write(const Claim& claim, uint64_t offset, std::string_view bytes);
   // Makes the chunk's bytes durable, then marks it present.
   int Commit(const Claim& claim);
@@ -134,6 +137,8 @@ class ChunkStore {
   const uint32_t chunk_size_;
   const uint64_t chunk_count_;
   int data_fd_ = -1;
+  int direct_fd_ = -1;  // the data file opened with O_DIRECT; -1 where the filesystem refuses
+  std::atomic<bool> direct_{true};  // false once a direct write was refused
   int claims_fd_ = -1;
   int evict_fd_ = -1;
   boost::interprocess::file_mapping map_file_;

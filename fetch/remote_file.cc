@@ -12,8 +12,6 @@ namespace {
 
 constexpr size_t kMaxStreams = 8;
 constexpr auto kCancelPoll = std::chrono::milliseconds(200);
-// Downloaded bytes go to the chunk store in writes of this size.
-constexpr uint64_t kGatherBytes = 1 << 20;
 // The most chunks one request fetches: 64 MiB (radosgw served 8 MiB ranges at 0.6x the bytes
 // per second of 64 MiB ones).
 constexpr uint64_t kMaxSpanChunks = 8;
@@ -72,39 +70,52 @@ int RemoteFile::Read(uint64_t offset, size_t length, char* dst) {
   const uint64_t first = store_->ChunkOf(offset), last = store_->ChunkOf(offset + length - 1);
   uint64_t carry;
   std::weak_ptr<RemoteFile> next;
+  std::vector<Buffer> memory;  // the chunks read, when in memory
   {
     std::lock_guard lock(mu_);
     carry = FollowStreams(offset, length);
     next = next_;
+    for (uint64_t chunk = first; chunk <= last; ++chunk) memory.push_back(InMemory(chunk));
   }
   // What is left of the window belongs to the next shard (not under our lock: it has its own).
   if (carry > 0) {
     if (auto file = next.lock()) file->ContinueStream(carry);
   }
-  int result = store_->Read(offset, length, dst);
-  if (result == 0) return ServedVersionOk() ? 0 : EIO;
-  if (result != ENODATA) return result;
-  // Every missing chunk asked for at once, then copied piece by piece: a piece needs only its own
-  // chunk, so two chunks the cache cannot hold together (a full disk, a small --cache-size)
-  // never evict each other in turn until the deadline.
-  {
-    std::lock_guard lock(mu_);
-    for (uint64_t chunk = first; chunk <= last; ++chunk) {
-      if (!store_->Present(chunk)) Schedule(chunk, Fetcher::Priority::Demand);
+  // Piece by piece, a piece from its chunk's memory or from the store; every missing chunk is
+  // asked for at once, then waited for in turn: a piece needs only its own chunk, so two chunks
+  // the cache cannot hold together (a full disk, a small --cache-size) never evict each other in
+  // turn until the deadline.
+  struct Piece {
+    uint64_t chunk, begin, end;
+  };
+  std::vector<Piece> missing;
+  for (uint64_t chunk = first; chunk <= last; ++chunk) {
+    const uint64_t chunk_begin = store_->ChunkBegin(chunk);
+    const Piece piece{chunk, std::max(offset, chunk_begin),
+                      std::min(offset + length, chunk_begin + store_->ChunkLength(chunk))};
+    char* to = dst + (piece.begin - offset);
+    if (const Buffer& bytes = memory[chunk - first]) {
+      std::memcpy(to, bytes->data() + (piece.begin - chunk_begin), piece.end - piece.begin);
+    } else if (int result = store_->Read(piece.begin, piece.end - piece.begin, to)) {
+      if (result != ENODATA) return result;
+      missing.push_back(piece);
     }
+  }
+  if (!missing.empty()) {
+    std::lock_guard lock(mu_);
+    for (const Piece& piece : missing) Schedule(piece.chunk, Fetcher::Priority::Demand);
   }
   const std::string what =
       "read of " + std::to_string(length) + " bytes at " + std::to_string(offset);
-  for (uint64_t chunk = first; chunk <= last; ++chunk) {
-    const uint64_t chunk_begin = store_->ChunkBegin(chunk);
-    const uint64_t begin = std::max(offset, chunk_begin);
-    const uint64_t end = std::min(offset + length, chunk_begin + store_->ChunkLength(chunk));
-    char* piece = dst + (begin - offset);
-    while ((result = store_->Read(begin, end - begin, piece)) == ENODATA) {
-      Bytes unstored;
-      if (int err = AwaitChunk(chunk, deadline, {}, what, &unstored)) return err;
-      if (unstored) {
-        std::memcpy(piece, unstored->data() + (begin - chunk_begin), end - begin);
+  for (const Piece& piece : missing) {
+    char* to = dst + (piece.begin - offset);
+    int result;
+    while ((result = store_->Read(piece.begin, piece.end - piece.begin, to)) == ENODATA) {
+      Buffer bytes;
+      if (int err = AwaitChunk(piece.chunk, deadline, {}, what, &bytes)) return err;
+      if (bytes) {
+        std::memcpy(to, bytes->data() + (piece.begin - store_->ChunkBegin(piece.chunk)),
+                    piece.end - piece.begin);
         result = 0;
         break;
       }
@@ -112,6 +123,11 @@ int RemoteFile::Read(uint64_t offset, size_t length, char* dst) {
     if (result != 0) return result;
   }
   return ServedVersionOk() ? 0 : EIO;
+}
+
+RemoteFile::Buffer RemoteFile::InMemory(uint64_t chunk) {
+  auto it = chunks_.find(chunk);
+  return it == chunks_.end() ? nullptr : it->second.memory.lock();
 }
 
 bool RemoteFile::ServedVersionOk() {
@@ -145,27 +161,24 @@ int RemoteFile::Fetch(uint64_t chunk, const std::function<bool()>& cancelled) {
 
 int RemoteFile::AwaitChunk(uint64_t chunk, std::chrono::steady_clock::time_point deadline,
                            const std::function<bool()>& cancelled, const std::string& what,
-                           Bytes* unstored) {
+                           Buffer* memory) {
   std::unique_lock lock(mu_);
   if (store_->Present(chunk)) return 0;
   ChunkState& state = chunks_[chunk];  // std::map: stays where it is
   // Failures counted before we asked: only newer ones are about our request.
   const uint64_t failures_seen = state.failures;
   // A fetch that ends without the chunk being there when we look (evicted at once for the
-  // limit or the disk, dropped read-ahead) sends us back to the caller, which asks again:
+  // limit or the disk, or out of memory already) sends us back to the caller, which asks again:
   // waiting on would wait for nothing until the deadline.
   const uint64_t rounds_seen = state.rounds;
-  if (!unstored || !state.unstored) Schedule(chunk, Fetcher::Priority::Demand);
-  // However we return (mu_ held): bytes kept in memory go once their last waiter has them.
+  if (!memory || state.memory.expired()) Schedule(chunk, Fetcher::Priority::Demand);
   ++state.waiters;
   struct Leave {
     ChunkState& state;
-    ~Leave() {
-      if (--state.waiters == 0) state.unstored.reset();
-    }
+    ~Leave() { --state.waiters; }  // mu_ held however we return
   } leave{state};
   auto settled = [&] {
-    return (unstored && state.unstored) || state.failures > failures_seen ||
+    return (memory && !state.memory.expired()) || state.failures > failures_seen ||
            state.rounds > rounds_seen || store_->Present(chunk);
   };
   for (;;) {
@@ -173,10 +186,7 @@ int RemoteFile::AwaitChunk(uint64_t chunk, std::chrono::steady_clock::time_point
     // A caller that can be cancelled is looked at five times a second.
     if (cancelled) until = std::min(until, std::chrono::steady_clock::now() + kCancelPoll);
     bool ready = changed_.wait_until(lock, until, settled);
-    if (ready && unstored && state.unstored) {
-      *unstored = state.unstored;
-      return 0;
-    }
+    if (ready && memory && (*memory = state.memory.lock())) return 0;
     if (ready && state.failures > failures_seen) {
       // A change of the file on the server was logged once, when found.
       if (!version_changed_) spdlog::error("{}: {} failed: {}", blob_.name, what, state.last_error);
@@ -206,11 +216,15 @@ uint64_t RemoteFile::FollowStreams(uint64_t offset, size_t length) {
   if (stream) {
     // Never more read-ahead than a quarter of the cache holds: it would evict what the reader
     // is about to read (and take the cache over its limit while the chunks arrive).
+    // Nor more than half the memory downloads go to: the reader would find the chunks ahead of
+    // it pushed out of memory by the ones after them.
     uint64_t most = options_.prefetch_max_chunks;
     if (cache_.limit() > 0) {
       most = std::clamp<uint64_t>(cache_.limit() / 4 / store_->chunk_size(), 1, most);
     }
+    most = std::clamp<uint64_t>(cache_.memory().limit() / 2 / store_->chunk_size(), 1, most);
     stream->window = std::min<uint64_t>(stream->window * 2, most);
+    ForgetPassed(offset);
   } else {
     if (streams_.size() >= kMaxStreams) {
       streams_.erase(std::min_element(streams_.begin(), streams_.end(),
@@ -223,6 +237,18 @@ uint64_t RemoteFile::FollowStreams(uint64_t offset, size_t length) {
   stream->used = now;
   if (now < no_room_until_) return 0;
   return ScheduleWindow(*stream);
+}
+
+void RemoteFile::ForgetPassed(uint64_t offset) {
+  // Readahead requests arrive slightly out of order: a chunk is passed once the reader is
+  // half a chunk beyond its end.
+  const uint64_t slack = store_->chunk_size() / 2;
+  if (offset < store_->chunk_size() + slack) return;
+  const uint64_t passed = store_->ChunkOf(offset - slack) - 1;
+  auto it = chunks_.find(passed);
+  if (it == chunks_.end()) return;
+  if (Buffer bytes = it->second.memory.lock()) cache_.memory().Forget(bytes.get());
+  it->second.memory.reset();
 }
 
 uint64_t RemoteFile::ScheduleWindow(const Stream& stream) {
@@ -251,6 +277,13 @@ RemoteFile::Activity RemoteFile::CurrentActivity() {
 
 void RemoteFile::DropAllChunks() {
   store_->DropAll();
+  {
+    std::lock_guard lock(mu_);
+    for (auto& [chunk, state] : chunks_) {
+      if (Buffer bytes = state.memory.lock()) cache_.memory().Forget(bytes.get());
+      state.memory.reset();
+    }
+  }
   completed_ = false;
 }
 
@@ -385,21 +418,17 @@ void RemoteFile::FetchSpan(const std::vector<uint64_t>& span) {
     parts.push_back(claim.get());
     (void)cache_.Reserve(store_->ChunkLength(claim->chunk()));
   }
-  size_t handed = 0;  // chunks stored and handed to the commit lane
-  Attempt result = Download(parts, nullptr, [&](size_t index, uint64_t pin) {
+  size_t handed = 0;  // chunks downloaded and handed to the commit lane
+  Attempt result = Download(parts, [&](size_t index, uint64_t pin, Buffer bytes) {
     const uint64_t chunk = claims[index]->chunk();
-    auto commit = std::make_shared<PendingCommit>(
-        PendingCommit{std::move(claims[index]), pin, store_->ChunkLength(chunk)});
-    fetcher_.Submit(Fetcher::Lane::Commit, [self = shared_from_this(), chunk, commit] {
-      self->FinishCommit(chunk, *commit);
-    });
+    SubmitCommit(chunk, std::make_shared<PendingCommit>(
+                            PendingCommit{std::move(claims[index]), pin, std::move(bytes)}));
     handed = index + 1;
   });
   if (handed == claims.size()) return;
-  // Cut short: what the chunk it stopped in got is dropped, that chunk is fetched alone (as
-  // any chunk would be after a failed attempt) and the rest are queued again.
+  // Cut short: the chunk it stopped in is fetched alone (as any chunk would be after a failed
+  // attempt) and the rest are queued again.
   const uint64_t stopped = claims[handed]->chunk();
-  store_->Discard(*claims[handed]);
   std::vector<uint64_t> rest;
   for (size_t i = handed; i < claims.size(); ++i) {
     cache_.Release(store_->ChunkLength(claims[i]->chunk()), /*stored=*/false);
@@ -416,64 +445,95 @@ void RemoteFile::FetchAlone(uint64_t chunk, const Attempt* made) {
   Outcome outcome;
   if (!store_->Present(chunk)) outcome = FetchChunk(chunk, made);
   if (outcome.commit) {
-    // Durable and present off this worker: its connection goes on with the next request while
-    // the disk syncs (fdatasync took 30-70 ms of every 320 ms download with 8 connections).
-    // The chunk stays "fetching" until then: nobody downloads it twice.
-    fetcher_.Submit(Fetcher::Lane::Commit,
-                    [self = shared_from_this(), chunk, commit = std::move(outcome.commit)] {
-                      self->FinishCommit(chunk, *commit);
-                    });
+    SubmitCommit(chunk, std::move(outcome.commit));
     return;
   }
   Finish(chunk, std::move(outcome));
 }
 
-void RemoteFile::FinishCommit(uint64_t chunk, PendingCommit& commit) {
-  Outcome outcome;
-  int err = store_->Commit(*commit.claim, commit.pin);
-  if (IsNoSpace(err) && cache_.MakeRoom(commit.length) > 0) {
-    err = store_->Commit(*commit.claim, commit.pin);
+void RemoteFile::Arrived(uint64_t chunk, const Buffer& bytes) {
+  {
+    std::lock_guard lock(mu_);
+    chunks_[chunk].memory = bytes;
   }
+  changed_.notify_all();
+}
+
+void RemoteFile::SubmitCommit(uint64_t chunk, std::shared_ptr<PendingCommit> commit) {
+  // Readers take the bytes from memory now. Stored, durable and present off this worker: its
+  // connection goes on with the next request while the disk writes and syncs (fdatasync took
+  // 30-70 ms of every 320 ms download with 8 connections). The chunk stays "fetching" until
+  // then: nobody downloads it twice.
+  Arrived(chunk, commit->bytes);
+  fetcher_.Submit(Fetcher::Lane::Commit, [self = shared_from_this(), chunk, commit] {
+    self->FinishCommit(chunk, *commit);
+  });
+}
+
+void RemoteFile::FinishCommit(uint64_t chunk, PendingCommit& commit) {
+  const uint64_t length = store_->ChunkLength(chunk);
+  // Whole pages of the buffer: the file's last chunk ends in the middle of one, and is written
+  // in two parts (the tail through the page cache).
+  const std::string_view bytes(commit.bytes->data(), length);
+  const size_t whole = length / ChunkStore::kDirectAlignment * ChunkStore::kDirectAlignment;
+  auto store = [&] {
+    int err = store_->Write(*commit.claim, store_->ChunkBegin(chunk), bytes.substr(0, whole));
+    if (err == 0 && whole < length) {
+      err = store_->Write(*commit.claim, store_->ChunkBegin(chunk) + whole, bytes.substr(whole));
+    }
+    return err != 0 ? err : store_->Commit(*commit.claim, commit.pin);
+  };
+  auto describe = [&](int err) {
+    return "cannot write the chunk cache " + store_->dir() + "/data: " + std::strerror(err);
+  };
+  int err = store();
+  if (IsNoSpace(err) && cache_.MakeRoom(length) > 0) {
+    LogNoRoom(chunk, describe(err), "older chunks evicted");
+    err = store();
+  }
+  Outcome outcome;
   if (err == 0) {
-    stats_.bytes_fetched += commit.length;
+    stats_.bytes_fetched += length;
     stats_.chunks_fetched++;
   } else {
     store_->Discard(*commit.claim);
-    const std::string what =
-        "cannot commit to the chunk cache " + store_->dir() + "/data: " + std::strerror(err);
+    const std::string what = describe(err);
     if (err == ESTALE) {
       outcome.error = "the file changed on the server (another process found it and dropped the "
                       "chunks of the version read here)";
       NoteChanged(outcome.error);
-    } else if (IsNoSpace(err)) {
-      // As a full disk met while writing: not the server's failure; a reader gets it again.
-      outcome.dropped = true;
-      NoRoomFor(chunk);
-      LogNoRoom(chunk, what, "it is fetched again when read");
     } else {
+      // Not the server's failure: readers are served from memory meanwhile; `aprfs prefetch`,
+      // which needs the chunk stored, fails.
       outcome.error = what;
+      NoteCacheError(what);
+      if (IsNoSpace(err)) {
+        NoRoom();
+        LogNoRoom(chunk, what, "read-ahead paused; readers are served from memory");
+      } else {
+        spdlog::warn("{}: chunk {}: {}; readers are served from memory", blob_.name, chunk, what);
+      }
     }
   }
-  cache_.Release(commit.length, /*stored=*/err == 0);
+  cache_.Release(length, /*stored=*/err == 0);
   commit.claim.reset();
+  // Kept for later readers, stored or not; never bytes of a version this process does not read.
+  if (err != ESTALE) cache_.memory().Keep(std::move(commit.bytes));
+  commit.bytes.reset();
   Finish(chunk, std::move(outcome));
 }
 
 void RemoteFile::Finish(uint64_t chunk, Outcome outcome) {
-  if (outcome.unstored) NoteCacheError(outcome.error);
   {
     std::lock_guard lock(mu_);
     ChunkState& state = chunks_[chunk];
     state.phase = Phase::Idle;
     state.demand = false;
     ++state.rounds;
-    if (outcome.dropped) {
-      if (state.waiters > 0) Schedule(chunk, Fetcher::Priority::Demand);  // came meanwhile
-    } else if (!outcome.error.empty()) {
+    if (!outcome.error.empty()) {
       ++state.failures;
       state.last_error = outcome.error;
     }
-    if (outcome.unstored && state.waiters > 0) state.unstored = std::move(outcome.unstored);
   }
   changed_.notify_all();
   if (outcome.error.empty() && store_->Complete() && !completed_.exchange(true) && on_complete_) {
@@ -481,10 +541,9 @@ void RemoteFile::Finish(uint64_t chunk, Outcome outcome) {
   }
 }
 
-bool RemoteFile::NoRoomFor(uint64_t chunk) {
+void RemoteFile::NoRoom() {
   std::lock_guard lock(mu_);
   no_room_until_ = std::chrono::steady_clock::now() + kNoRoomPause;
-  return chunks_[chunk].waiters > 0;
 }
 
 void RemoteFile::LogNoRoom(uint64_t chunk, const std::string& error, const char* action) {
@@ -517,40 +576,19 @@ RemoteFile::Outcome RemoteFile::FetchChunk(uint64_t chunk, const Attempt* made) 
   }
   if (store_->Present(chunk)) return {};
   const uint64_t length = store_->ChunkLength(chunk);
-  // Stored whatever Reserve says: a disk full of other files is met by the ENOSPC handling below.
+  // Stored whatever Reserve says: a disk full of other files is met when the chunk is stored.
   (void)cache_.Reserve(length);
   Outcome outcome;
-  std::string no_room;  // set once the chunk goes to memory: why
-  std::string memory;
-  int rooms_made = 0;
   uint64_t pin = 0;  // the version of the file the bytes are
+  Buffer bytes;
   for (int attempt = 1;; ++attempt) {
-    memory.clear();
     // The first attempt may be a request for several chunks that failed in this one.
-    Attempt result = made ? *made : Download({claim.get()}, no_room.empty() ? nullptr : &memory);
+    Attempt result = made ? *made : Download({claim.get()}, [&](size_t, uint64_t got, Buffer in) {
+      pin = got;
+      bytes = std::move(in);
+    });
     made = nullptr;
     outcome.error = result.error;
-    pin = result.pin;
-    if (result.no_space) {
-      // The disk is full (whatever --cache-size says). Read-ahead gives way, and pauses; a
-      // chunk a reader waits for evicts older ones and is stored, or failing that (nothing to
-      // evict, or others keep taking the room) is downloaded into memory for its readers. Not
-      // the server's failure: the attempt is not counted.
-      store_->Discard(*claim);
-      if (!NoRoomFor(chunk)) {
-        LogNoRoom(chunk, result.error, "read-ahead paused");
-        outcome.dropped = true;
-        break;
-      }
-      if (rooms_made++ < 2 && cache_.MakeRoom(length) > 0) {
-        LogNoRoom(chunk, result.error, "older chunks evicted");
-      } else {
-        LogNoRoom(chunk, result.error, "downloading it into memory for its readers");
-        no_room = result.error;
-      }
-      --attempt;
-      continue;
-    }
     if (outcome.error.empty() || result.fatal || fetcher_.Stopping()) break;
     if (attempt >= origin_->max_attempts()) break;  // no backoff after the last attempt
     const auto delay = RetryDelay(attempt - 1, result.response);
@@ -559,27 +597,29 @@ RemoteFile::Outcome RemoteFile::FetchChunk(uint64_t chunk, const Attempt* made) 
                  attempt, delay.count());
     if (!fetcher_.Pause(delay)) break;
   }
-  if (outcome.error.empty() && no_room.empty() && !outcome.dropped) {
-    // In the store, to be made durable and present (RunFetch): the reservation ends then.
-    outcome.commit = std::make_shared<PendingCommit>(PendingCommit{std::move(claim), pin, length});
+  if (outcome.error.empty()) {
+    // In memory, to be stored, made durable and present (the commit lane): the reservation
+    // ends then.
+    outcome.commit =
+        std::make_shared<PendingCommit>(PendingCommit{std::move(claim), pin, std::move(bytes)});
     return outcome;
   }
-  if (!outcome.error.empty()) store_->Discard(*claim);
   cache_.Release(length, /*stored=*/false);
-  if (!outcome.error.empty() && !outcome.dropped && fetcher_.Stopping()) return failed(kStopping);
-  if (outcome.error.empty() && !no_room.empty()) {
-    outcome.error = no_room;  // for Fetch(), which needs the chunk stored
-    outcome.unstored = std::make_shared<const std::string>(std::move(memory));
-  }
+  if (fetcher_.Stopping()) return failed(kStopping);
   return outcome;
 }
 
-RemoteFile::Attempt RemoteFile::Download(const std::vector<const ChunkStore::Claim*>& claims,
-                                         std::string* memory,
-                                         const std::function<void(size_t, uint64_t)>& on_chunk) {
+RemoteFile::Attempt RemoteFile::Download(
+    const std::vector<const ChunkStore::Claim*>& claims,
+    const std::function<void(size_t, uint64_t, Buffer)>& on_chunk) {
   const uint64_t begin = store_->ChunkBegin(claims.front()->chunk());
   uint64_t length = 0;
   for (const ChunkStore::Claim* claim : claims) length += store_->ChunkLength(claim->chunk());
+  // Room for every chunk of the request before it starts: a response is never stalled (and
+  // timed out) waiting for memory.
+  std::optional<ChunkMemory::Reservation> memory =
+      cache_.memory().Reserve(length, [this] { return fetcher_.Stopping(); });
+  if (!memory) return {"the mount is stopping", true, {}};
   // The pinned version only: a server whose file changed answers with the whole new file
   // (refused at its headers, before a byte is stored).
   uint64_t sent_pin = 0;
@@ -595,7 +635,7 @@ RemoteFile::Attempt RemoteFile::Download(const std::vector<const ChunkStore::Cla
   try {
     origin_request = origin_->RangeRequest(begin, length, if_range ? &*if_range : nullptr);
   } catch (const OriginError& e) {
-    return {e.what(), e.fatal(), false, {}};
+    return {e.what(), e.fatal(), {}};
   }
   HttpRequest& request = origin_request.http;
   // (An origin that pins versions with If-Match instead answers a change with 412.)
@@ -610,7 +650,6 @@ RemoteFile::Attempt RemoteFile::Download(const std::vector<const ChunkStore::Cla
   bool fatal_refusal = false;  // retrying cannot help
   uint64_t commit_pin = 0;     // the version the chunk is stored as
   uint64_t received = 0;
-  int write_error = 0;
   const std::optional<ServerValidator> known = origin_->KnownVersion();
   request.on_headers = [&](const HttpResponse& head) {
     ServerValidator got = ServerValidator::Of(head);
@@ -670,40 +709,22 @@ RemoteFile::Attempt RemoteFile::Download(const std::vector<const ChunkStore::Cla
     }
     return true;
   };
-  // The body goes to the store in writes of 1 MiB: written as it arrived (tens of KB at a time),
-  // the writes of every connection to the same file contended for its inode lock and took 40%
-  // of the daemon's CPU on a 1 GB read from S3. One buffer per download worker, reused. A write
-  // never crosses a chunk's end: each chunk is written under its own claim.
-  thread_local std::string gathered;
-  std::string& sink = memory ? *memory : gathered;
-  size_t part = 0;       // the chunk the body is in now (index in `claims`)
-  uint64_t filled = 0;   // its bytes already in the store
-  sink.clear();
-  sink.reserve(memory ? length : std::min<uint64_t>(length, kGatherBytes));
-  auto flush = [&] {
-    const uint64_t at = store_->ChunkBegin(claims[part]->chunk()) + filled;
-    write_error = store_->Write(*claims[part], at, sink);
-    filled += sink.size();
-    sink.clear();
-  };
+  // Each chunk into a buffer of its own, handed on as soon as its last byte is in.
+  size_t part = 0;  // the chunk the body is in now (index in `claims`)
+  Buffer filling;
   request.on_body = [&](std::string_view bytes) {
     if (received + bytes.size() > length) return false;
     received += bytes.size();
-    if (memory) {
-      sink.append(bytes);
-      return true;
-    }
     while (!bytes.empty()) {
-      const uint64_t chunk_left = store_->ChunkLength(claims[part]->chunk()) - filled - sink.size();
-      const size_t take = static_cast<size_t>(std::min<uint64_t>(chunk_left, bytes.size()));
-      sink.append(bytes.substr(0, take));
+      const uint64_t chunk_length = store_->ChunkLength(claims[part]->chunk());
+      if (!filling) filling = memory->Take(chunk_length);
+      const size_t take = std::min<uint64_t>(chunk_length - filling->size(), bytes.size());
+      filling->Append(bytes.data(), take);
       bytes.remove_prefix(take);
-      if (sink.size() >= kGatherBytes || take == chunk_left) flush();
-      if (write_error) return false;
-      if (take == chunk_left) {  // the chunk is in the store
-        if (on_chunk) on_chunk(part, commit_pin);
+      if (filling->size() == chunk_length) {
+        on_chunk(part, commit_pin, std::move(filling));
+        filling.reset();
         ++part;
-        filled = 0;
       }
     }
     return true;
@@ -712,15 +733,7 @@ RemoteFile::Attempt RemoteFile::Download(const std::vector<const ChunkStore::Cla
   Attempt result;
   result.response = ThreadHttpSession().Perform(request);
   const HttpResponse& response = result.response;
-  const std::string data_path = store_->dir() + "/data";
-  if (write_error) {
-    return {"cannot write the chunk cache " + data_path + ": " + std::strerror(write_error), true,
-            IsNoSpace(write_error), {}};
-  }
-  if (response.complete() && response.status == 206 && received == length) {
-    result.pin = commit_pin;  // committed by the caller (or handed over from memory)
-    return result;
-  }
+  if (response.complete() && response.status == 206 && received == length) return result;
   stats_.failed_requests++;
   long status = response.status;
   result.error = !refusal.empty() ? refusal : response.Describe();

@@ -24,7 +24,7 @@ struct RemoteOptions {
   std::chrono::milliseconds read_deadline{60000};     // a read waits this long, then EIO
   std::chrono::milliseconds request_deadline{60000};  // one HTTP request, per chunk it fetches
   // The largest read-ahead window of a sequential stream: 512 MiB, so that requests of 8 chunks
-  // still keep 8 connections busy.
+  // could keep 8 connections busy (also at most half the cache's memory: 128 MiB by default).
   unsigned prefetch_max_chunks = 64;
 };
 
@@ -64,8 +64,11 @@ struct RemoteStats {
 // If-Match), and an answer of another version (another validator, a 200 to If-Range, a 412)
 // fails the file's reads with EIO, never mixing versions. When the last chunk arrives,
 // `on_complete` runs (verification, publication).
-// A chunk the cache has no room for (ENOSPC even after evicting) is downloaded into memory and
-// handed to the readers waiting for it, then forgotten: a full disk slows reads, never fails them.
+// Downloads go into memory (the cache's ChunkMemory): readers are served from there as soon as a
+// chunk's last byte is in, while the commit lane stores it; a stored chunk stays in memory until
+// its sequential reader is past it or newer chunks need the room. A chunk the cache cannot store
+// (a full disk even after evicting, a failing disk) is served from memory all the same: a full
+// disk slows reads, never fails them.
 class RemoteFile final : public ByteSource, public std::enable_shared_from_this<RemoteFile> {
  public:
   RemoteFile(RemoteBlob blob, std::unique_ptr<RemoteOrigin> origin,
@@ -111,7 +114,7 @@ class RemoteFile final : public ByteSource, public std::enable_shared_from_this<
 
  private:
   enum class Phase { Idle, Queued, Fetching };
-  using Bytes = std::shared_ptr<const std::string>;
+  using Buffer = ChunkMemory::Ref;
   struct ChunkState {
     Phase phase = Phase::Idle;
     bool demand = false;     // a reader waits for it
@@ -119,7 +122,7 @@ class RemoteFile final : public ByteSource, public std::enable_shared_from_this<
     std::string last_error;
     uint64_t rounds = 0;     // fetches of it that ended, however
     unsigned waiters = 0;    // AwaitChunk calls waiting for it now
-    Bytes unstored;          // downloaded but not stored: kept while someone waits
+    std::weak_ptr<ChunkMemory::Buffer> memory;  // its bytes, while ChunkMemory keeps them
   };
   struct Stream {
     uint64_t next = 0;       // where the next sequential read would start
@@ -130,14 +133,19 @@ class RemoteFile final : public ByteSource, public std::enable_shared_from_this<
   // Follows the read in the streams and schedules their read-ahead; returns what is left of the
   // window for the next shard. Requires mu_.
   uint64_t FollowStreams(uint64_t offset, size_t length);
+  // A sequential reader now at `offset` is done with the chunks well behind it: their memory
+  // goes (the kernel's page cache of the mount holds what it read). Requires mu_.
+  void ForgetPassed(uint64_t offset);
+  // The chunk's bytes when in memory, else null. Requires mu_.
+  Buffer InMemory(uint64_t chunk);
   // Schedules the chunks of `stream`'s window; returns what runs past our end. Requires mu_.
   uint64_t ScheduleWindow(const Stream& stream);
   // Schedules an absent chunk as demand and waits for it: 0, EIO (a failure or the deadline;
-  // logged with `what`), or ECANCELED. With `unstored`, a chunk downloaded but not stored
-  // counts as arrived, its bytes put there.
+  // logged with `what`), or ECANCELED. With `memory`, a chunk in memory counts as arrived (not
+  // only a stored one), its bytes put there.
   int AwaitChunk(uint64_t chunk, std::chrono::steady_clock::time_point deadline,
                  const std::function<bool()>& cancelled, const std::string& what,
-                 Bytes* unstored = nullptr);
+                 Buffer* memory = nullptr);
   // A stream at our beginning with (at least) `window` chunks of read-ahead: the reader of the
   // previous shard is that close to its end. Passes on what runs past our end.
   void ContinueStream(uint64_t window);
@@ -145,39 +153,39 @@ class RemoteFile final : public ByteSource, public std::enable_shared_from_this<
   void RunFetch(uint64_t chunk);
   // The outcome of one HTTP attempt at a chunk.
   struct Attempt {
-    std::string error;  // empty: the chunk is stored (or in `memory`)
-    bool fatal = false;  // retrying cannot help (404, 416, disk errors...)
-    bool no_space = false;  // the cache's disk is full (ENOSPC, EDQUOT)
+    std::string error;  // empty: every chunk was handed on
+    bool fatal = false;  // retrying cannot help (404, 416, a changed file...)
     HttpResponse response;  // for the retry delay (Retry-After)
-    uint64_t pin = 0;       // success: the version of the file the bytes are
   };
-  // A chunk downloaded into the store, still to be made durable and marked present.
+  // A chunk downloaded into memory, still to be stored, made durable and marked present.
   struct PendingCommit {
     std::unique_ptr<ChunkStore::Claim> claim;
     uint64_t pin = 0;  // the version of the file its bytes are (ChunkStore::Validator)
-    uint64_t length = 0;
+    Buffer bytes;
   };
-  // What filling one chunk came to.
+  // What fetching one chunk came to.
   struct Outcome {
-    std::string error;     // empty: stored (or `commit` pending)
-    Bytes unstored;        // no room on the disk: the bytes (`error` says why they are not stored)
-    bool dropped = false;  // read-ahead the disk has no room for: not fetched, no failure
-    std::shared_ptr<PendingCommit> commit;  // downloaded: to commit on the commit lane
+    std::string error;  // empty: stored, or `commit` pending
+    std::shared_ptr<PendingCommit> commit;  // downloaded: to store on the commit lane
   };
-  // On the commit lane: makes the chunk durable and present, then finishes it.
+  // The chunk's bytes are in memory: its readers are served from there from now on.
+  void Arrived(uint64_t chunk, const Buffer& bytes);
+  // Hands a downloaded chunk to the commit lane.
+  void SubmitCommit(uint64_t chunk, std::shared_ptr<PendingCommit> commit);
+  // On the commit lane: stores the chunk, makes it durable and present, then finishes it.
   void FinishCommit(uint64_t chunk, PendingCommit& commit);
   // The chunk's fetch ended: its state, its waiters, and verification once the file is complete.
   void Finish(uint64_t chunk, Outcome outcome);
   // `made`: the first attempt, made already (FetchAlone).
   Outcome FetchChunk(uint64_t chunk, const Attempt* made = nullptr);
-  // The disk is full: pauses read-ahead; whether a reader waits for `chunk`.
-  bool NoRoomFor(uint64_t chunk);
+  // The disk is full: pauses read-ahead.
+  void NoRoom();
   void LogNoRoom(uint64_t chunk, const std::string& error, const char* action);
-  // One request for the claimed chunks (consecutive): into the store, each chunk handed to
-  // `on_chunk` (its index in `claims`, the version its bytes are) once its last byte is written;
-  // or, for one chunk, into `memory` when given.
-  Attempt Download(const std::vector<const ChunkStore::Claim*>& claims, std::string* memory,
-                   const std::function<void(size_t, uint64_t)>& on_chunk = {});
+  // One request for the claimed chunks (consecutive), into memory: each chunk handed to
+  // `on_chunk` (its index in `claims`, the version its bytes are, the bytes) once its last byte
+  // is in. Waits for room in the cache's memory first.
+  Attempt Download(const std::vector<const ChunkStore::Claim*>& claims,
+                   const std::function<void(size_t, uint64_t, Buffer)>& on_chunk);
   // The chunk (fetching) and the queued chunks right after it, marked fetching: what one request
   // fetches. As many as keep every connection busy with the streams' read-ahead, at most
   // kMaxSpanChunks. Requires mu_.

@@ -313,7 +313,8 @@ RemoteContext::RemoteContext(HubConfig hub, RemoteSettings settings, ChunkCache*
       hub_(std::move(hub)),
       own_chunks_(chunks ? nullptr
                          : std::make_unique<ChunkCache>(settings_.cache_dir + "/chunks",
-                                                        settings_.cache_limit)),
+                                                        settings_.cache_limit,
+                                                        settings_.memory_limit)),
       chunks_(chunks ? chunks : own_chunks_.get()),
       fetcher_(settings_.connections) {}
 

@@ -29,6 +29,7 @@ struct RemoteSettings {
   std::string cache_dir;                 // chunks/ and meta/ live here
   uint64_t cache_limit = 0;              // bytes of chunks; 0 = no limit
   unsigned connections = 8;
+  uint64_t memory_limit = ChunkMemory::DefaultLimit();  // bytes of chunks in memory (ChunkMemory)
   std::optional<std::string> hf_cache;   // read complete shards from / publish them to
   RemoteOptions options;
   // Verify (and publish) a shard in the background as soon as its last chunk arrives. Off for

@@ -158,7 +158,7 @@ Catalog::Listing AssignNames(const std::vector<ModelRef>& refs) {
 Catalog::Catalog(CatalogOptions options) : options_(std::move(options)) {
   if (options_.computed_cache_dir) {
     chunk_cache_ = std::make_unique<ChunkCache>(*options_.computed_cache_dir + "/chunks",
-                                                options_.cache_limit);
+                                                options_.cache_limit, options_.remote.memory_limit);
     chunk_writer_ = std::make_unique<ComputedChunkWriter>(chunk_cache_.get());
     verdicts_ = std::make_unique<VerdictBook>(*options_.computed_cache_dir + "/views");
   } else {

@@ -187,7 +187,11 @@ std::string RenderStatusJson(const MountStatus& status) {
     out["fetcher"] = {{"workers", *status.fetch_workers},
                       {"queued",
                        {{"demand", status.queued_demand_tasks.value_or(0)},
-                        {"prefetch", status.queued_prefetch_tasks.value_or(0)}}}};
+                        {"prefetch", status.queued_prefetch_tasks.value_or(0)}}},
+                      {"memory",
+                       {{"limit", status.memory_limit.value_or(0)},
+                        {"used", status.memory_used.value_or(0)},
+                        {"kept", status.memory_kept.value_or(0)}}}};
   }
   return out.dump(2) + "\n";
 }
@@ -213,6 +217,13 @@ std::string RenderMetrics(const MountStatus& status) {
              "Download tasks waiting for a worker, by priority.",
              {{"priority=\"demand\"", std::to_string(status.queued_demand_tasks.value_or(0))},
               {"priority=\"prefetch\"", std::to_string(status.queued_prefetch_tasks.value_or(0))}});
+    w.Family("aprfs_chunk_memory_limit_bytes", "gauge",
+             "Memory for chunks being downloaded and just downloaded.",
+             {{"", std::to_string(status.memory_limit.value_or(0))}});
+    w.Family("aprfs_chunk_memory_bytes", "gauge",
+             "Memory of downloaded chunks: in use (downloading, storing, kept), kept for readers.",
+             {{"state=\"used\"", std::to_string(status.memory_used.value_or(0))},
+              {"state=\"kept\"", std::to_string(status.memory_kept.value_or(0))}});
   }
   std::vector<Sample> info;
   for (const ModelStatus& model : status.models) {

@@ -177,6 +177,10 @@ MountStatus CollectStatus(Catalog& catalog, const MountFacts& facts) {
     status.fetch_workers = remote->fetcher().workers();
     status.queued_demand_tasks = remote->fetcher().Queued(Fetcher::Priority::Demand);
     status.queued_prefetch_tasks = remote->fetcher().Queued(Fetcher::Priority::Prefetch);
+    ChunkMemory& memory = remote->chunks().memory();
+    status.memory_limit = memory.limit();
+    status.memory_used = memory.used();
+    status.memory_kept = memory.kept();
   }
 
   std::vector<Catalog::ModelView> views = catalog.Models();

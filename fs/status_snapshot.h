@@ -99,6 +99,9 @@ struct MountStatus {
   std::optional<unsigned> fetch_workers;        // with --repo models only
   std::optional<uint64_t> queued_demand_tasks;  // download tasks of every model, waiting
   std::optional<uint64_t> queued_prefetch_tasks;
+  // Memory of downloaded chunks (ChunkMemory): its limit, in use (downloads, chunks being
+  // stored, chunks kept for readers), of that kept for readers.
+  std::optional<uint64_t> memory_limit, memory_used, memory_kept;
   std::vector<ModelStatus> models;
 };
 

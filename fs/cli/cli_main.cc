@@ -37,6 +37,9 @@ void SourceOptions::AddTo(CLI::App& app) {
   app.add_option("--max-connections", max_connections,
                  "Parallel HTTP connections for remote models (default: 8)")
       ->check(CLI::Range(1, 256));
+  app.add_option("--max-memory", max_memory,
+                 "Memory for remote models' chunks being downloaded and just downloaded, which "
+                 "readers are served from, e.g. 128M (default: an eighth of RAM, at most 256M)");
   app.add_option("--views", views,
                  "Which files of each model a folder listing shows, from apr, q4k, f16, int8, "
                  "int4, safetensors, gguf, gguf-f16, gguf-bf16, gguf-f32, gguf-q8_0, "
@@ -180,6 +183,15 @@ CatalogOptions SourceOptions::ToCatalogOptions() const {
   settings.cache_dir = dir;
   settings.cache_limit = options.cache_limit;
   settings.connections = max_connections ? max_connections : file.max_connections.value_or(8);
+  const std::string memory = !max_memory.empty() ? max_memory : file.max_memory.value_or("");
+  if (!memory.empty()) {
+    std::optional<uint64_t> bytes = ParseSize(memory);
+    if (!bytes || *bytes < (16u << 20)) {
+      throw std::runtime_error("--max-memory " + memory + ": expected a size of at least 16M, "
+                               "like 512M");
+    }
+    settings.memory_limit = *bytes;
+  }
   settings.hf_cache = options.hf_cache;
   options.hub = HubConfig::FromEnvironment();
   return options;

@@ -19,6 +19,7 @@ struct SourceOptions {
   std::string cache_dir;           // empty: $XDG_CACHE_HOME/aprfs or ~/.cache/aprfs
   std::string cache_size;          // empty: no limit
   unsigned max_connections = 0;    // 0: 8
+  std::string max_memory;          // empty: ChunkMemory::DefaultLimit()
   std::string views;               // empty: "apr,q4k"
   bool no_view_cache = false;
   // S3 sources: what overrides the AWS environment and profiles.

@@ -74,6 +74,9 @@ ConfigFile LoadConfigFile(const std::string& path) {
         throw Bad(path, "\"max_connections\" must be an integer from 1 to 256");
       }
       config.max_connections = value.get<unsigned>();
+    } else if (key == "max_memory") {
+      config.max_memory = value.is_number_unsigned() ? std::to_string(value.get<uint64_t>())
+                                                      : String(value, key, path);
     } else if (key == "views") {
       std::string joined;
       for (const std::string& view : value.is_string() ? std::vector<std::string>{value.get<std::string>()}
@@ -97,7 +100,8 @@ ConfigFile LoadConfigFile(const std::string& path) {
       config.no_sign_request = value.get<bool>();
     } else {
       throw Bad(path, "unknown key \"" + key + "\" (known: repos, sources, hf_cache, "
-                      "no_hf_cache, cache_dir, cache_size, max_connections, views, view_cache, "
+                      "no_hf_cache, cache_dir, cache_size, max_connections, max_memory, views, "
+                      "view_cache, "
                       "s3_endpoint, s3_region, s3_profile, s3_addressing, no_sign_request)");
     }
   }

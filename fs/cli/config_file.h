@@ -10,7 +10,7 @@ namespace aprfs {
 // ~/.config/aprfs/config.json): the same settings as the command line, e.g.
 //   {"repos": ["microsoft/phi-4", "Qwen/Qwen2.5-7B-Instruct@main"], "sources": ["/srv/models"],
 //    "cache_dir": "/var/cache/aprfs", "cache_size": "200G", "max_connections": 8,
-//    "views": ["apr", "q4k"], "view_cache": true,
+//    "max_memory": "512M", "views": ["apr", "q4k"], "view_cache": true,
 //    "s3_endpoint": "http://rgw.local:7480", "s3_region": "us-east-1", "s3_profile": "models",
 //    "s3_addressing": "path", "no_sign_request": false}
 // (S3 sources go in "sources" as s3://BUCKET/PREFIX.)
@@ -22,6 +22,7 @@ struct ConfigFile {
   std::optional<std::string> cache_dir;
   std::optional<std::string> cache_size;
   std::optional<unsigned> max_connections;
+  std::optional<std::string> max_memory;
   std::optional<std::string> views;  // "apr,q4k" (a JSON list is joined)
   std::optional<bool> view_cache;
   std::optional<std::string> s3_endpoint;

@@ -26,7 +26,7 @@ const std::map<std::string, AprfsOption>& AprfsOptions() {
       {"cache_size", {"--cache-size", true}}, {"max_connections", {"--max-connections", true}},
       {"log_level", {"--log-level", true}},   {"log_file", {"--log-file", true}},
       {"foreground", {"--foreground", false}}, {"views", {"--views", true}},
-      {"no_view_cache", {"--no-view-cache", false}},
+      {"no_view_cache", {"--no-view-cache", false}}, {"max_memory", {"--max-memory", true}},
   };
   return options;
 }

@@ -261,7 +261,10 @@ TEST_F(RemoteDiskFullTest, FullDiskNeverCrashesTheDaemonThroughTheChunkMap) {
   };
   ASSERT_EQ(FillFilesystem(cache, kChunk), kChunk) << "not exactly one chunk of room";
   ASSERT_NO_FATAL_FAILURE(expect_read(reads[0]));  // takes the last page
-  EXPECT_EQ(ReadChunkMap(StoreDir(cache, std::string(64, 'a'))).PresentCount(), 1u);
+  // (Served from memory: stored meanwhile.)
+  EXPECT_TRUE(WaitFor(
+      [&] { return ReadChunkMap(StoreDir(cache, std::string(64, 'a'))).PresentCount() == 1; }, 20s))
+      << mount->Log();
   ASSERT_NO_FATAL_FAILURE(expect_read(reads[1]));  // the disk is full: evicts chunk 500
   ASSERT_NO_FATAL_FAILURE(expect_read(reads[2]));
   ASSERT_NO_FATAL_FAILURE(expect_read(reads[0]));

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -16,6 +17,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -955,6 +957,62 @@ TEST_F(ChunkStoreTest, ProcessesCreatingTheSameStoreConcurrentlyAgree) {
     EXPECT_EQ(rc, 0) << "round " << round;
     EXPECT_TRUE(same) << "round " << round << ": committed bytes lost";
   }
+}
+
+// Pages of the data file in the page cache, in [offset, offset + length).
+size_t ResidentPages(const std::string& path, uint64_t offset, uint64_t length) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return SIZE_MAX;
+  void* map = ::mmap(nullptr, length, PROT_READ, MAP_SHARED, fd, static_cast<off_t>(offset));
+  ::close(fd);
+  if (map == MAP_FAILED) return SIZE_MAX;
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  std::vector<unsigned char> in_core((length + page - 1) / page);
+  size_t resident = SIZE_MAX;
+  if (::mincore(map, length, in_core.data()) == 0) {
+    resident = 0;
+    for (unsigned char bit : in_core) resident += bit & 1;
+  }
+  ::munmap(map, length);
+  return resident;
+}
+
+// Whole chunks written from page-aligned memory go past the page cache (the daemon serves them
+// from that memory); anything else goes through it. Both read back exactly.
+TEST_F(ChunkStoreTest, AlignedWritesGoPastThePageCacheOthersThroughIt) {
+  constexpr uint32_t kBig = 1 << 20;
+  const uint64_t size = 3 * kBig + 100;
+  const std::string content = PseudoRandomBytes(size, 31);
+  {
+    const int probe = ::open((temp_ / "probe").c_str(), O_RDWR | O_CREAT | O_DIRECT, 0644);
+    if (probe < 0) GTEST_SKIP() << "the test folder's filesystem has no O_DIRECT";
+    ::close(probe);
+  }
+  auto store = ChunkStore::Open(Dir(), size, kBig);
+  char* aligned = static_cast<char*>(std::aligned_alloc(ChunkStore::kDirectAlignment, kBig));
+  ASSERT_NE(aligned, nullptr);
+  std::unique_ptr<char, decltype(&std::free)> owner(aligned, &std::free);
+  auto write_from = [&](uint64_t chunk, const char* from) {
+    std::unique_ptr<ChunkStore::Claim> claim = store->TryClaim(chunk);
+    ASSERT_TRUE(claim);
+    const uint64_t begin = store->ChunkBegin(chunk), length = store->ChunkLength(chunk);
+    ASSERT_EQ(store->Write(*claim, begin, std::string_view(from, length)), 0);
+    ASSERT_EQ(store->Commit(*claim), 0);
+  };
+  std::memcpy(aligned, content.data(), kBig);
+  write_from(0, aligned);
+  // The same bytes one byte off the alignment: through the page cache.
+  std::string unaligned = " " + content.substr(kBig, kBig);
+  write_from(1, unaligned.data() + 1);
+  write_from(3, content.data() + 3 * kBig);  // the last chunk: 100 bytes
+  const std::string data = Dir() + "/data";
+  EXPECT_EQ(ResidentPages(data, 0, kBig), 0u) << "an aligned whole chunk went to the page cache";
+  EXPECT_GT(ResidentPages(data, kBig, kBig), 0u) << "the test cannot tell the two apart";
+  int rc = -1;
+  EXPECT_TRUE(ReadRange(*store, 0, 2 * kBig, &rc) == content.substr(0, 2 * kBig));
+  EXPECT_EQ(rc, 0);
+  EXPECT_TRUE(ReadRange(*store, 3 * kBig, 100, &rc) == content.substr(3 * kBig));
+  EXPECT_EQ(rc, 0);
 }
 
 }  // namespace

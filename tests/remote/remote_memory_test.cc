@@ -1,0 +1,104 @@
+// The memory downloads go to (--max-memory, fetch/chunk_memory.h): readers are served from it,
+// it never holds more than its limit however the read-ahead runs, every chunk is still stored
+// once, and status.json and the metrics say what it holds. A bad limit is a clear error.
+
+#include <atomic>
+#include <thread>
+
+#include "tests/integration/prometheus_check.h"
+#include "tests/remote/remote_fixture.h"
+#include "tests/remote/remote_test_util.h"
+
+namespace aprfs_rtest {
+namespace {
+
+using aprfs_itest::ParsePrometheusText;
+using aprfs_itest::PromParse;
+
+class RemoteMemoryTest : public RemoteTest {};
+
+uint64_t U(const json& object, const char* key) { return object.value(key, uint64_t{0}); }
+
+// Two chunks of memory for a model of nine: a whole sequential read (and a second reader at
+// random places meanwhile) gets exact bytes, the memory in use never exceeds the limit, and each
+// chunk is fetched and stored exactly once.
+TEST_F(RemoteMemoryTest, AWholeReadWithinTwoChunksOfMemoryIsExactAndStoresEveryChunkOnce) {
+  SetWatchdog(180s);
+  const SourceModel& big = BigModel();
+  HubFixture& hub = StartHub("hub", {"--repo", "org/big=" + big.dir});
+  const std::string cache = Dir("cache");
+  AprfsMount* mount = Mount("mnt",
+                            {"--repo", "org/big", "--cache-dir", cache, "--no-hf-cache",
+                             "--max-memory", "16M", "--max-connections", "4"},
+                            Env(hub.endpoint()));
+  ASSERT_NE(mount, nullptr);
+  const std::string path = mount->Path("big.apr");
+  json status = ReadStatus(*mount);
+  const uint64_t limit = 16u << 20;
+  EXPECT_EQ(U(status["fetcher"]["memory"], "limit"), limit) << status.dump(2);
+
+  // Sampled while the read runs: what status.json says is in use.
+  std::atomic<bool> done{false};
+  std::atomic<uint64_t> most_used{0}, samples{0};
+  std::thread sampler([&] {
+    while (!done) {
+      json now = ReadStatus(*mount);
+      const uint64_t used = U(now["fetcher"]["memory"], "used");
+      if (used > most_used) most_used = used;
+      ++samples;
+      std::this_thread::sleep_for(5ms);
+    }
+  });
+  DropPageCache(path);
+  SequentialRead read = ReadSequentially(path);
+  done = true;
+  sampler.join();
+  ASSERT_EQ(read.error, 0) << mount->Log();
+  std::vector<std::string> problems = CheckAprBytes(read.bytes, big);
+  EXPECT_TRUE(problems.empty()) << Join(problems);
+  EXPECT_GT(most_used.load(), 0u) << "no memory in use in " << samples << " samples";
+  EXPECT_LE(most_used.load(), limit) << "more memory in use than --max-memory";
+
+  // Quiet: every chunk stored once; what is in use is what is kept for readers, within the limit.
+  uint64_t shard_bytes = 0;
+  for (const std::string& shard : big.shards) shard_bytes += big.ShardSize(shard);
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        json m = ModelEntry(ReadStatus(*mount), "big.apr");
+        return U(m, "cached_bytes") == shard_bytes && U(m, "in_flight") == 0;
+      },
+      60s))
+      << ReadStatus(*mount).dump(2);
+  status = ReadStatus(*mount);
+  json m = ModelEntry(status, "big.apr");
+  EXPECT_EQ(U(m, "bytes_fetched"), shard_bytes) << "a chunk fetched twice, or not stored";
+  EXPECT_EQ(U(m, "errors"), 0u);
+  const json& memory = status["fetcher"]["memory"];
+  EXPECT_EQ(U(memory, "used"), U(memory, "kept")) << memory.dump();
+  EXPECT_LE(U(memory, "kept"), limit) << memory.dump();
+  for (const std::string& shard : big.shards) {
+    std::vector<std::string> wrong =
+        CheckStoreAgainst(StoreDir(cache, hub.Sha("org/big", shard)), big.ShardPath(shard));
+    EXPECT_TRUE(wrong.empty()) << shard << ": " << Join(wrong);
+  }
+  PromParse metrics = ParsePrometheusText(SlurpOrEmpty(mount->Path(".aprfs/metrics")));
+  EXPECT_TRUE(metrics.problems.empty()) << ::testing::PrintToString(metrics.problems);
+  EXPECT_EQ(metrics.Value("aprfs_chunk_memory_limit_bytes", {}), static_cast<double>(limit));
+  EXPECT_LE(metrics.Value("aprfs_chunk_memory_bytes", {{"state", "used"}}),
+            static_cast<double>(limit));
+}
+
+TEST_F(RemoteMemoryTest, ATooSmallOrMalformedLimitIsAClearError) {
+  for (const char* bad : {"1M", "lots"}) {
+    ProcResult r = RunAprfs({"ls", "--repo", "org/none", "--cache-dir", Dir("cache"),
+                             "--max-memory", bad},
+                            {"HF_HUB_OFFLINE=1"});
+    EXPECT_NE(r.exit_code, 0) << r.Describe();
+    EXPECT_NE(r.err.find(std::string("--max-memory ") + bad + ": expected a size of at least 16M"),
+              std::string::npos)
+        << r.Describe();
+  }
+}
+
+}  // namespace
+}  // namespace aprfs_rtest
