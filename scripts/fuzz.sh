@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets of format/ (Clang, ASan + UBSan) and runs each for
-# FUZZ_SECONDS (default 60) from the seed corpora of tests/fuzz/corpus. A crash leaves its
-# input in $BUILD_DIR/artifacts/ and fails the script; turn it into a regression test by
-# copying it to tests/fuzz/regressions/<target>/ (replayed by ctest in the normal build).
+# Builds the libFuzzer targets of format/ and of the S3 answers' parser (Clang, ASan + UBSan)
+# and runs each for FUZZ_SECONDS (default 60) from the seed corpora of tests/fuzz/corpus. A
+# crash leaves its input in $BUILD_DIR/artifacts/ and fails the script; turn it into a
+# regression test by copying it to tests/fuzz/regressions/<target>/ (replayed by ctest in the
+# normal build).
 # Usage: scripts/fuzz.sh [--build-only|--run-only] [TARGET...]
 #   (env: FUZZ_SECONDS, BUILD_DIR=build-fuzz)
 set -euo pipefail
@@ -15,7 +16,7 @@ case "${1:-}" in
   --run-only) BUILD=0; shift ;;
 esac
 TARGETS=("$@")
-[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(safetensors_import_fuzz json_inputs_fuzz apr_reader_fuzz)
+[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(safetensors_import_fuzz json_inputs_fuzz apr_reader_fuzz s3_xml_fuzz)
 
 if [ $BUILD = 1 ]; then
   command -v ninja >/dev/null && export CMAKE_GENERATOR=${CMAKE_GENERATOR:-Ninja}

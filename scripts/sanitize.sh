@@ -2,7 +2,7 @@
 # Builds aprfs and its tests with sanitizers and runs them (after scripts/install-deps.sh):
 #   address  ASan + UBSan (build-asan/): the whole suite.
 #   thread   TSan (build-tsan/): the unit tests and every test of concurrent readers, fetches,
-#            daemons and load.
+#            daemons and load, and the S3 mounts.
 # The daemons the tests start are sanitized too. Every process writes its reports under
 # /tmp/aprfs-<kind>-reports.*/, and any report fails the run, even one from a daemon whose test
 # passed (a report at exit, a leak).
@@ -22,7 +22,8 @@ KINDS=("$@")
 command -v ninja >/dev/null && export CMAKE_GENERATOR=${CMAKE_GENERATOR:-Ninja}
 
 # Tests where threads or processes meet: what TSan is for.
-TSAN_TESTS='^(ChunkStore|ChunkCache|Fetcher|FooterCrc|ReadAhead|HfCacheWriter|VirtualFile|RemoteConcurrency|RemoteLoad|Load|ReplacedShard)'
+# (Every S3 mount test: a minute of test time, ~30 s of the run.)
+TSAN_TESTS='^(ChunkStore|ChunkCache|ChunkMemory|Fetcher|FooterCrc|ReadAhead|HfCacheWriter|VirtualFile|RemoteConcurrency|RemoteLoad|RemoteMemory|Load|ReplacedShard|S3Mount)'
 TSAN_TESTS+='|Concurrent|Racing|Threads|Killed|Sigterm|Lazy'
 
 build_dir() {
@@ -35,7 +36,7 @@ build_kind() {
   build=$(build_dir "$kind")
   local targets=()
   if [ "$kind" = thread ]; then
-    targets=(--target aprfs aprfs_unit_tests aprfs_fuse_tests aprfs_remote_tests)
+    targets=(--target aprfs aprfs_unit_tests aprfs_fuse_tests aprfs_remote_tests aprfs_s3_tests)
   fi
   local started=$SECONDS
   echo "== $kind: building $build"
