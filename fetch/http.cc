@@ -150,6 +150,8 @@ HttpResponse HttpSession::Perform(const HttpRequest& request) {
   response.effective_url = request.url;
   Transfer transfer{&request, &response, curl};
   curl_easy_reset(curl);  // keeps the connection cache
+  char error_detail[CURL_ERROR_SIZE] = "";
+  curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, error_detail);
   curl_easy_setopt(curl, CURLOPT_URL, request.url.c_str());
   curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(curl, CURLOPT_FOLLOWLOCATION, request.follow_redirects ? 1L : 0L);
@@ -201,12 +203,19 @@ HttpResponse HttpSession::Perform(const HttpRequest& request) {
   } else if (transfer.aborted_by_caller) {
     response.transport_error = "response refused";
   } else if (code != CURLE_OK) {
-    response.transport_error = curl_easy_strerror(code);
+    // "SSL certificate problem: unable to get local issuer certificate" says more than "SSL
+    // peer certificate or SSH remote key was not OK".
+    response.transport_error = error_detail[0] ? error_detail : curl_easy_strerror(code);
+    response.untrusted = code == CURLE_PEER_FAILED_VERIFICATION ||
+                         code == CURLE_SSL_CACERT_BADFILE || code == CURLE_SSL_CERTPROBLEM ||
+                         code == CURLE_SSL_ISSUER_ERROR || code == CURLE_SSL_PINNEDPUBKEYNOTMATCH;
   }
+  curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, nullptr);  // `error_detail` goes out of scope
   return response;
 }
 
 bool IsTransient(const HttpResponse& response) {
+  if (response.untrusted) return false;
   if (!response.complete()) return true;
   long s = response.status;
   return s == 408 || s == 429 || s == 500 || s == 502 || s == 503 || s == 504;

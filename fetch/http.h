@@ -16,6 +16,9 @@ namespace aprfs {
 struct HttpResponse {
   long status = 0;                             // 0 when no complete response arrived
   std::string transport_error;                 // timeout, refused, reset, cut mid-body...
+  // The server's TLS certificate was not trusted (or the CA bundle could not be read): no retry
+  // can help; transport_error says why, in libcurl's detailed words.
+  bool untrusted = false;
   std::map<std::string, std::string> headers;  // of the last response, names lower-case
   std::string body;                            // when the body was collected
   uint64_t body_bytes = 0;                     // bytes received (collected or streamed)

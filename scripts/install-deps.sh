@@ -16,7 +16,7 @@ MAIN=(
   python3
 )
 EXTRAS=(
-  libgtest-dev
+  libgtest-dev openssl
   nginx-light aria2 curl
   ceph-mon ceph-osd radosgw
   mount util-linux bsdutils passwd systemd groff-base

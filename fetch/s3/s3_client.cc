@@ -176,6 +176,14 @@ std::string S3Client::GetRange(const std::string& bucket, const S3Object& object
 
 S3Error S3Client::ErrorFor(const HttpResponse& response, const std::string& what) const {
   using Kind = S3Error::Kind;
+  if (response.untrusted) {
+    return S3Error(Kind::kUntrusted,
+                   what + ": the TLS certificate of " + config_.endpoint + " is not trusted (" +
+                       response.transport_error +
+                       "): name the CA that signed it with AWS_CA_BUNDLE or the profile's "
+                       "ca_bundle" +
+                       (config_.ca_bundle.empty() ? "" : " (now " + config_.ca_bundle + ")"));
+  }
   if (!response.complete()) {
     return S3Error(Kind::kNetwork, what + ": no answer from " + config_.endpoint + " (" +
                                        response.transport_error + ")");

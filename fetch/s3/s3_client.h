@@ -40,6 +40,7 @@ class S3Error : public std::runtime_error {
     kThrottled,       // SlowDown, 429, 503
     kServer,          // 5xx, InternalError
     kNetwork,         // no answer: refused, reset, timeout
+    kUntrusted,       // the endpoint's TLS certificate is not trusted
     kProtocol,        // an answer that makes no sense
   };
   S3Error(Kind kind, const std::string& message) : std::runtime_error(message), kind_(kind) {}

@@ -441,15 +441,21 @@ void RadosGw::Start() {
     ProcOut r = RunProcess({"bash", Script(), "start", dir, std::to_string(port)}, 180s,
                            {"RGW_OWNER_PID=" + std::to_string(getpid())});
     double seconds = std::chrono::duration<double>(Clock::now() - started).count();
-    std::string endpoint;
+    std::string endpoint, tls_endpoint, ca_file;
     std::istringstream lines(r.out);
     for (std::string line; std::getline(lines, line);) {
       if (line.rfind("endpoint ", 0) == 0) endpoint = line.substr(9);
+      if (line.rfind("tls_endpoint ", 0) == 0) {
+        std::istringstream words(line.substr(13));
+        words >> tls_endpoint >> ca_file;
+      }
     }
-    if (r.exit_code == 0 && !endpoint.empty()) {
+    if (r.exit_code == 0 && !endpoint.empty() && !ca_file.empty()) {
       dir_ = dir;
       port_ = port;
       endpoint_ = endpoint;
+      tls_endpoint_ = tls_endpoint;
+      ca_file_ = ca_file;
       running_ = true;
       gateway_stopped_ = false;
       std::fprintf(stderr, "radosgw fixture: %s up in %.1f s (%s)\n", endpoint_.c_str(), seconds,

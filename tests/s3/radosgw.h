@@ -54,6 +54,10 @@ class RadosGw {
   static RadosGw& Shared();
 
   std::string Endpoint() const { return endpoint_; }  // "http://127.0.0.1:PORT"
+  // The same gateway over TLS ("https://127.0.0.1:PORT+41"), with a certificate signed by a CA
+  // of its own: CaFile(), a PEM file no system trusts.
+  std::string TlsEndpoint() const { return tls_endpoint_; }
+  std::string CaFile() const { return ca_file_; }
   int Port() const { return port_; }
   const std::string& Dir() const { return dir_; }  // ceph.conf, log/, run/
   static std::string AccessKey() { return "TESTACCESSKEY"; }
@@ -121,6 +125,7 @@ class RadosGw {
 
   std::string dir_;
   std::string endpoint_;
+  std::string tls_endpoint_, ca_file_;
   int port_ = 0;
   bool running_ = false;
   bool gateway_stopped_ = false;

@@ -1,6 +1,6 @@
 // Models in an S3 bucket (issue 13), mounted from a real Ceph radosgw on loopback: exact bytes of
 // every view through read and mmap, the AWS credential conventions (environment, profiles,
-// endpoint settings, anonymous access), the store's refusals as clear errors, an object
+// endpoint settings, anonymous access, a private CA over TLS), the store's refusals as clear errors, an object
 // replaced mid-read (EIO, never a mix of versions), the gateway stopped mid-read (EIO, then
 // reads again once it is back), and the cache reused by a remount while the store is down.
 #include <gtest/gtest.h>
@@ -171,6 +171,39 @@ TEST_F(S3MountTest, ProfilesAndEndpointSettingsOfTheAwsFilesAreFollowed) {
   // A profile nobody wrote.
   err = MountFails(args, {"HOME=" + home_, "AWS_PROFILE=nobody"});
   EXPECT_NE(err.find("nobody"), std::string::npos) << err;
+}
+
+// A store behind TLS whose certificate a private CA signed: refused with the TLS error while
+// nothing names the CA; read with exact bytes once AWS_CA_BUNDLE or the profile's ca_bundle does.
+TEST_F(S3MountTest, AStoreBehindTlsWithAPrivateCaIsReadOnlyWithItsCaBundle) {
+  const SourceModel& model = TinyModel();
+  Upload(model.dir, "tiny");
+  ASSERT_EQ(gw_->TlsEndpoint().rfind("https://127.0.0.1:", 0), 0u) << gw_->TlsEndpoint();
+  const std::vector<std::string> args = {"--source", "s3://" + bucket_ + "/models",
+                                         "--s3-endpoint", gw_->TlsEndpoint(), "--no-hf-cache",
+                                         "--cache-dir", Dir("cache")};
+  // The system's CAs do not know it.
+  std::string err = MountFails(args, TesterEnv());
+  EXPECT_NE(err.find("certificate"), std::string::npos) << err;
+  EXPECT_NE(err.find("s3://" + bucket_ + "/models"), std::string::npos) << err;
+
+  AprfsMount* mount = Mount("env", args, TesterEnv({"AWS_CA_BUNDLE=" + gw_->CaFile()}));
+  ASSERT_NE(mount, nullptr);
+  EXPECT_EQ(Join(CheckAprBytes(ReadAll(mount->Path("tiny.apr")), model)), "");
+  Unmount(mount);
+
+  // The same CA named by the profile (a fresh cache: every byte comes over TLS again).
+  const std::string aws = home_ + "/.aws";
+  std::filesystem::create_directories(aws);
+  WriteText(aws + "/config", "[default]\nca_bundle = " + gw_->CaFile() + "\n");
+  std::vector<std::string> fresh = args;
+  fresh.back() = Dir("cache-2");
+  mount = Mount("profile", fresh, TesterEnv());
+  ASSERT_NE(mount, nullptr);
+  EXPECT_EQ(Join(CheckAprBytes(ReadAll(mount->Path("tiny.apr")), model)), "");
+  // A bundle that is not there: named, not silently ignored.
+  err = MountFails(args, TesterEnv({"AWS_CA_BUNDLE=" + home_ + "/no-such-ca.pem"}));
+  EXPECT_NE(err.find(home_ + "/no-such-ca.pem"), std::string::npos) << err;
 }
 
 TEST_F(S3MountTest, WrongCredentialsMissingBucketsAndForbiddenBucketsFailTheMountClearly) {

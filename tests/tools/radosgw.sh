@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # A throwaway one-node Ceph cluster with an S3 gateway on loopback, for the S3 tests: one monitor,
-# one memstore OSD (data in RAM), cephx off, radosgw (beast) on 127.0.0.1:PORT.
-# Needs: apt-get install --no-install-recommends ceph-mon ceph-osd radosgw (and curl).
+# one memstore OSD (data in RAM), cephx off, radosgw (beast) on 127.0.0.1:PORT, and over TLS on
+# 127.0.0.1:PORT+41 with a certificate of a throwaway CA (DIR/tls/ca.pem).
+# Needs: apt-get install --no-install-recommends ceph-mon ceph-osd radosgw (and curl, openssl).
 #
 # Usage: radosgw.sh start DIR [PORT]   PORT defaults to 7480. Ports used: PORT (S3), PORT+1 and
-#                                      PORT+2 (monitor v2, v1), PORT+3..PORT+40 (OSD). Creates the
-#                                      users tester (TESTACCESSKEY / TESTSECRETKEY123) and other
-#                                      (OTHERACCESSKEY / OTHERSECRETKEY456); prints
-#                                      "endpoint http://127.0.0.1:PORT" once the gateway answers.
+#                                      PORT+2 (monitor v2, v1), PORT+3..PORT+40 (OSD), PORT+41
+#                                      (S3 over TLS). Creates the users tester (TESTACCESSKEY /
+#                                      TESTSECRETKEY123) and other (OTHERACCESSKEY /
+#                                      OTHERSECRETKEY456); prints "endpoint http://127.0.0.1:PORT"
+#                                      and "tls_endpoint https://127.0.0.1:PORT+41 DIR/tls/ca.pem"
+#                                      once the gateway answers.
 #        radosgw.sh stop DIR           stops radosgw, the OSD, the monitor (in that order);
 #                                      idempotent.
 #        radosgw.sh stop-gateway DIR   stops radosgw only (monitor, OSD and data stay)
@@ -22,7 +25,7 @@
 set -euo pipefail
 
 usage() {
-  sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
@@ -154,7 +157,7 @@ remaining() { # seconds left before DEADLINE, at least 1 (`timeout 0` would mean
 
 port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
-gateway_port() { sed -n 's/^rgw frontends = beast endpoint=127\.0\.0\.1:\([0-9]*\)$/\1/p' "$CONF"; }
+gateway_port() { sed -n 's/^rgw frontends = beast endpoint=127\.0\.0\.1:\([0-9]*\) .*$/\1/p' "$CONF"; }
 
 # Polls until radosgw answers an anonymous GET / (any HTTP status), or fails.
 wait_for_gateway() {
@@ -183,6 +186,23 @@ create_user() { # create_user UID ACCESS SECRET
   timeout "$(remaining)" radosgw-admin -c "$CONF" user create --uid="$1" --display-name="$1" \
     --access-key="$2" --secret-key="$3" >/dev/null 2>"$LOG/radosgw-admin.err" ||
     fail "radosgw-admin user create --uid=$1 failed: $(cat "$LOG/radosgw-admin.err")"
+}
+
+# A CA of its own and a certificate it signed for 127.0.0.1 (EC keys: quick to make), in DIR/tls.
+make_tls() {
+  local tls=$DIR/tls
+  rm -rf "$tls"
+  mkdir -p "$tls"
+  {
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 7 \
+      -subj "/CN=aprfs test CA" -keyout "$tls/ca.key" -out "$tls/ca.pem" &&
+      openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+        -subj "/CN=127.0.0.1" -keyout "$tls/server.key" -out "$tls/server.csr" &&
+      printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n' \
+        >"$tls/server.ext" &&
+      openssl x509 -req -in "$tls/server.csr" -CA "$tls/ca.pem" -CAkey "$tls/ca.key" \
+        -CAcreateserial -days 7 -extfile "$tls/server.ext" -out "$tls/server.pem"
+  } >"$LOG/openssl.out" 2>&1 || fail "openssl could not make the test certificates: $(cat "$LOG/openssl.out")"
 }
 
 write_conf() {
@@ -237,7 +257,7 @@ ms mon client mode = crc secure
 
 [$RGW_NAME]
 admin socket = $RUN/\$name.asok
-rgw frontends = beast endpoint=127.0.0.1:$port
+rgw frontends = beast endpoint=127.0.0.1:$port ssl_endpoint=127.0.0.1:$((port + 41)) ssl_certificate=$DIR/tls/server.pem ssl_private_key=$DIR/tls/server.key
 rgw thread pool size = 16
 EOF
 }
@@ -249,20 +269,21 @@ cmd_start() {
   fi
   [[ "$bytes" =~ ^[0-9]+$ ]] || die "bad RGW_MEMSTORE_BYTES '$bytes'"
   local tool
-  for tool in ceph-mon ceph-osd radosgw radosgw-admin monmaptool ceph uuidgen curl; do
+  for tool in ceph-mon ceph-osd radosgw radosgw-admin monmaptool ceph uuidgen curl openssl; do
     command -v "$tool" >/dev/null ||
-      die "$tool not found (apt-get install --no-install-recommends ceph-mon ceph-osd radosgw curl)"
+      die "$tool not found (apt-get install --no-install-recommends ceph-mon ceph-osd radosgw curl openssl)"
   done
   if [ -n "$(daemon_pids ceph-mon)$(daemon_pids ceph-osd)$(daemon_pids radosgw)" ]; then
     die "a cluster already runs in $DIR"
   fi
-  for p in "$port" $((port + 1)) $((port + 2)); do
+  for p in "$port" $((port + 1)) $((port + 2)) $((port + 41)); do
     ! port_busy "$p" || die "port $p is in use"
   done
   DEADLINE=$((SECONDS + START_TIMEOUT))
   rm -rf "$CONF" "$RUN" "$LOG" "$DIR/mon.a" "$DIR/osd.0" "$DIR/monmap"
   mkdir -p "$RUN" "$LOG" "$DIR/mon.a" "$DIR/osd.0"
   fsid=$(uuidgen)
+  make_tls
   write_conf "$port" "$fsid" "$bytes"
 
   monmaptool --create --fsid "$fsid" \
@@ -293,6 +314,7 @@ cmd_start() {
   create_user tester TESTACCESSKEY TESTSECRETKEY123
   create_user other OTHERACCESSKEY OTHERSECRETKEY456
   echo "endpoint http://127.0.0.1:$port"
+  echo "tls_endpoint https://127.0.0.1:$((port + 41)) $DIR/tls/ca.pem"
 }
 
 # The detached watcher: stops the cluster once RGW_OWNER_PID is gone (or is another process).

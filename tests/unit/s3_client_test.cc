@@ -134,6 +134,18 @@ TEST(S3ClientTest, StoreErrorsBecomeKindsAndMessagesThatSayWhatToDo) {
   EXPECT_EQ(network.kind(), Kind::kNetwork);
   EXPECT_TRUE(network.transient());
   EXPECT_FALSE(client.ErrorFor(Answer(403, ErrorDoc("AccessDenied")), "x").transient());
+  // A certificate nobody vouches for: no retry helps; the way out is named.
+  HttpResponse untrusted;
+  untrusted.transport_error = "SSL certificate problem: unable to get local issuer certificate";
+  untrusted.untrusted = true;
+  EXPECT_FALSE(IsTransient(untrusted));
+  S3Error tls = client.ErrorFor(untrusted, "s3://b/k");
+  EXPECT_EQ(tls.kind(), Kind::kUntrusted);
+  EXPECT_FALSE(tls.transient());
+  for (const char* says : {"s3://b/k: ", "not trusted", "unable to get local issuer certificate",
+                           "AWS_CA_BUNDLE", "ca_bundle"}) {
+    EXPECT_NE(std::string(tls.what()).find(says), std::string::npos) << tls.what();
+  }
 }
 
 TEST(S3ClientTest, AccessDeniedToUnsignedRequestsSuggestsCredentials) {
