@@ -188,23 +188,62 @@ ModelRef FromRepoOption(const RemoteRepoSpec& spec) {
 
 }  // namespace
 
+Catalog::~Catalog() {
+  if (s3_refresher_.joinable()) s3_refresher_.join();
+}
+
+std::optional<std::vector<S3ModelRef>> Catalog::ListS3Models(const S3Uri& source) const {
+  const std::string uri = source.ToString();
+  try {
+    std::vector<S3ModelRef> models =
+        FindS3Models(source, ListS3Source(*s3_client_, source, options_.remote.cache_dir));
+    if (models.empty()) spdlog::warn("{}: no model folders (no *.safetensors)", uri);
+    return models;
+  } catch (const std::exception& e) {
+    // The models listed before stay; asked again at the next interval.
+    spdlog::error("{}: cannot list: {}", uri, e.what());
+    return std::nullopt;
+  }
+}
+
+void Catalog::RefreshS3ListingsInBackground() {
+  const auto now = std::chrono::steady_clock::now();
+  std::vector<S3Uri> due;
+  for (const S3Uri& source : options_.s3_sources) {
+    auto it = s3_listings_.find(source.ToString());
+    if (it == s3_listings_.end() || now - it->second.at < options_.s3_rescan_interval) continue;
+    it->second.at = now;  // not due again before the interval, whatever the outcome
+    due.push_back(source);
+  }
+  if (due.empty()) return;
+  // The last refresh is over (s3_refreshing_ was cleared in its last step): joined at once.
+  if (s3_refresher_.joinable()) s3_refresher_.join();
+  s3_refreshing_ = true;
+  s3_refresher_ = std::thread([this, due = std::move(due)] {
+    std::map<std::string, std::vector<S3ModelRef>> listed;
+    for (const S3Uri& source : due) {
+      if (auto models = ListS3Models(source)) listed[source.ToString()] = std::move(*models);
+    }
+    std::lock_guard lock(mu_);
+    for (auto& [uri, models] : listed) {
+      s3_listings_[uri] = S3Listing{std::chrono::steady_clock::now(), std::move(models)};
+    }
+    if (!listed.empty()) last_scan_ = {};  // the next lookup or listing sees them
+    s3_refreshing_ = false;
+  });
+}
+
 std::vector<ModelRef> Catalog::FromS3Source(const S3Uri& source) {
   const std::string uri = source.ToString();
   auto it = s3_listings_.find(uri);
-  const auto now = std::chrono::steady_clock::now();
-  if (it == s3_listings_.end() || now - it->second.at >= options_.s3_rescan_interval) {
-    try {
-      std::vector<S3Object> objects =
-          ListS3Source(*s3_client_, source, options_.remote.cache_dir);
-      S3Listing listing{now, FindS3Models(source, objects)};
-      if (listing.models.empty()) spdlog::warn("{}: no model folders (no *.safetensors)", uri);
-      it = s3_listings_.insert_or_assign(uri, std::move(listing)).first;
-    } catch (const std::exception& e) {
-      // The models listed before stay; asked again at the next interval.
-      spdlog::error("{}: cannot list: {}", uri, e.what());
-      if (it == s3_listings_.end()) it = s3_listings_.emplace(uri, S3Listing{now, {}}).first;
-      it->second.at = now;
-    }
+  if (it == s3_listings_.end()) {
+    // The first listing (none was handed over by `aprfs mount`): nothing to show meanwhile.
+    const auto now = std::chrono::steady_clock::now();
+    it = s3_listings_.emplace(uri, S3Listing{now, ListS3Models(source).value_or(
+                                                      std::vector<S3ModelRef>{})}).first;
+  } else if (options_.s3_rescan_interval.count() > 0 && !s3_refreshing_ &&
+             std::chrono::steady_clock::now() - it->second.at >= options_.s3_rescan_interval) {
+    RefreshS3ListingsInBackground();
   }
   std::vector<ModelRef> refs;
   for (const S3ModelRef& model : it->second.models) {

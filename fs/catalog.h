@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <optional>
 #include <string>
 #include <vector>
@@ -27,7 +28,8 @@ struct CatalogOptions {
   HubConfig hub;                        // how to reach it
   std::vector<S3Uri> s3_sources;        // --source s3://BUCKET/PREFIX: models in a bucket
   std::optional<S3Config> s3;           // how to reach them (set when there are any)
-  // How long a bucket's listing stays fresh: listing a bucket is a request, not a readdir.
+  // How long a bucket's listing stays fresh (listing a bucket is a request, not a readdir); then
+  // it is listed again in the background. 0: listed once.
   std::chrono::milliseconds s3_rescan_interval{60000};
   // Listings made just before (by `aprfs mount`, to report errors to its caller), by source URI:
   // the first scan uses them instead of listing again.
@@ -80,6 +82,7 @@ struct BuiltModel {
 class Catalog {
  public:
   explicit Catalog(CatalogOptions options);
+  ~Catalog();  // waits for a listing refresh that is running
 
   // File names at the top level ("phi-4.apr") and folders ("microsoft") -> model keys.
   struct Listing {
@@ -133,9 +136,16 @@ class Catalog {
   std::string Fingerprint(const Slot& slot) const;
 
   std::vector<ModelRef> Discover();  // requires mu_
-  // The models of an S3 source, listed again when the last listing is older than the interval.
+  // The models of an S3 source as last listed. The first listing is made here; a listing older
+  // than the interval is made again in the background, so that no lookup waits for the store.
   // Requires mu_.
   std::vector<ModelRef> FromS3Source(const S3Uri& source);
+  // The model folders under `source`, listed now; nullopt on failure (logged: the caller keeps
+  // what it listed before).
+  std::optional<std::vector<S3ModelRef>> ListS3Models(const S3Uri& source) const;
+  // Lists the stale sources again on a thread of its own, then installs their listings and makes
+  // the next scan see them. Requires mu_.
+  void RefreshS3ListingsInBackground();
   std::shared_ptr<const BuiltModel> Build(const ModelRef& ref, uint64_t file_id,
                                           std::vector<std::string>& files,
                                           const ViewCounters& counters) const;
@@ -155,6 +165,8 @@ class Catalog {
     std::vector<S3ModelRef> models;
   };
   std::map<std::string, S3Listing> s3_listings_;  // by source URI
+  bool s3_refreshing_ = false;  // a refresh runs (guarded by mu_)
+  std::thread s3_refresher_;    // the last refresh; joined before the catalog goes
   uint64_t next_file_id_ = 2;  // 1 is the root in the FUSE namespace
 };
 

@@ -59,6 +59,11 @@ void SourceOptions::AddTo(CLI::App& app) {
                  "auto, path (https://HOST/BUCKET/KEY) or virtual (https://BUCKET.HOST/KEY); "
                  "auto: virtual on AWS, path elsewhere")
       ->check(CLI::IsMember({"auto", "path", "virtual"}));
+  app.add_option("--s3-rescan", s3_rescan,
+                 "Seconds between listings of each s3:// source, in the background: models "
+                 "added to or removed from the bucket appear or go within that (default: 60; "
+                 "0: listed once, at mount)")
+      ->check(CLI::Range(0, 86400));
   app.add_flag("--no-sign-request", no_sign_request,
                "Read s3:// sources anonymously (public buckets), even when credentials exist");
 }
@@ -179,6 +184,8 @@ CatalogOptions SourceOptions::ToCatalogOptions() const {
   if (!no_view_cache && file.view_cache.value_or(true)) options.computed_cache_dir = dir;
   if (options.repos.empty() && options.s3_sources.empty()) return options;
   if (!options.s3_sources.empty()) options.s3 = S3ConfigOf(*this, file);
+  const int rescan = s3_rescan >= 0 ? s3_rescan : file.s3_rescan.value_or(60);
+  options.s3_rescan_interval = std::chrono::seconds(rescan);
   RemoteSettings& settings = options.remote;
   settings.cache_dir = dir;
   settings.cache_limit = options.cache_limit;

@@ -28,6 +28,7 @@ struct SourceOptions {
   std::string s3_profile;
   std::string s3_addressing;
   bool no_sign_request = false;
+  int s3_rescan = -1;  // seconds between listings of an S3 source; -1: 60; 0: listed once
 
   void AddTo(CLI::App& app);
   // Throws std::runtime_error for a bad --repo, --source s3://, --cache-size, config file or AWS

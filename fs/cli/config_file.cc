@@ -95,6 +95,11 @@ ConfigFile LoadConfigFile(const std::string& path) {
       config.s3_profile = String(value, key, path);
     } else if (key == "s3_addressing") {
       config.s3_addressing = String(value, key, path);
+    } else if (key == "s3_rescan") {
+      if (!value.is_number_unsigned() || value.get<uint64_t>() > 86400) {
+        throw Bad(path, "\"s3_rescan\" must be a number of seconds from 0 to 86400");
+      }
+      config.s3_rescan = value.get<int>();
     } else if (key == "no_sign_request") {
       if (!value.is_boolean()) throw Bad(path, "\"no_sign_request\" must be true or false");
       config.no_sign_request = value.get<bool>();
@@ -102,7 +107,8 @@ ConfigFile LoadConfigFile(const std::string& path) {
       throw Bad(path, "unknown key \"" + key + "\" (known: repos, sources, hf_cache, "
                       "no_hf_cache, cache_dir, cache_size, max_connections, max_memory, views, "
                       "view_cache, "
-                      "s3_endpoint, s3_region, s3_profile, s3_addressing, no_sign_request)");
+                      "s3_endpoint, s3_region, s3_profile, s3_addressing, no_sign_request, "
+                      "s3_rescan)");
     }
   }
   return config;

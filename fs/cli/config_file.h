@@ -12,7 +12,7 @@ namespace aprfs {
 //    "cache_dir": "/var/cache/aprfs", "cache_size": "200G", "max_connections": 8,
 //    "max_memory": "512M", "views": ["apr", "q4k"], "view_cache": true,
 //    "s3_endpoint": "http://rgw.local:7480", "s3_region": "us-east-1", "s3_profile": "models",
-//    "s3_addressing": "path", "no_sign_request": false}
+//    "s3_addressing": "path", "no_sign_request": false, "s3_rescan": 60}
 // (S3 sources go in "sources" as s3://BUCKET/PREFIX.)
 struct ConfigFile {
   std::vector<std::string> repos;
@@ -30,6 +30,7 @@ struct ConfigFile {
   std::optional<std::string> s3_profile;
   std::optional<std::string> s3_addressing;  // auto, path, virtual
   std::optional<bool> no_sign_request;
+  std::optional<int> s3_rescan;  // seconds
 };
 
 // Where the config file is looked for when --config is not given.

@@ -2,11 +2,13 @@
 // every view through read and mmap, the AWS credential conventions (environment, profiles,
 // endpoint settings, anonymous access, a private CA over TLS), the store's refusals as clear errors, an object
 // replaced mid-read (EIO, never a mix of versions), the gateway stopped mid-read (EIO, then
-// reads again once it is back), and the cache reused by a remount while the store is down.
+// reads again once it is back), models added to and removed from the bucket, and the cache
+// reused by a remount while the store is down.
 #include <gtest/gtest.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstring>
 #include <filesystem>
@@ -144,6 +146,50 @@ TEST_F(S3MountTest, ShardsOfSeveralChunksReadInAnyOrderAreExact) {
     EXPECT_TRUE(got == model.TensorBytes("blk.2.weight").substr(within, 1000)) << within;
   }
   EXPECT_EQ(Join(CheckAprBytes(ReadAll(path), model)), "");
+}
+
+// ----- the bucket changing --------------------------------------------------------------------
+
+// Models put into or removed from the bucket appear and go within --s3-rescan (a lookup that
+// finds the listing older lists again in the background); while the store is down the models
+// listed before stay, and what the cache holds reads on.
+TEST_F(S3MountTest, ModelsAddedToOrRemovedFromTheBucketAppearAndGoWithinTheRescanInterval) {
+  const SourceModel& model = TinyModel();
+  Upload(model.dir, "first");
+  const std::vector<std::string> args = {"--source", "s3://" + bucket_ + "/models",
+                                         "--s3-endpoint", gw_->Endpoint(), "--no-hf-cache",
+                                         "--cache-dir", Dir("cache"), "--s3-rescan", "1"};
+  AprfsMount* mount = Mount("mnt", args, TesterEnv());
+  ASSERT_NE(mount, nullptr);
+  auto shown = [&](const std::string& name) {
+    const std::vector<std::string> files = ListDir(mount->mountpoint());
+    return std::find(files.begin(), files.end(), name) != files.end();
+  };
+  ASSERT_TRUE(shown("first.apr")) << Join(ListDir(mount->mountpoint()), " ");
+  EXPECT_FALSE(shown("second.apr"));
+
+  Upload(model.dir, "second");
+  EXPECT_TRUE(WaitFor([&] { return shown("second.apr"); }, 60s))
+      << Join(ListDir(mount->mountpoint()), " ") << mount->Log();
+  EXPECT_EQ(Join(CheckAprBytes(ReadAll(mount->Path("second.apr")), model)), "");
+
+  for (const std::string& key : gw_->ListKeys(bucket_, "models/first/")) {
+    gw_->DeleteObject(bucket_, key);
+  }
+  EXPECT_TRUE(WaitFor([&] { return !shown("first.apr"); }, 60s))
+      << Join(ListDir(mount->mountpoint()), " ") << mount->Log();
+
+  // The store down: the listing a lookup asks for fails in the background, and the mount shows
+  // and reads what it had.
+  gw_->StopGateway();
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        return shown("second.apr") && mount->LogText().find("no answer from") != std::string::npos;
+      },
+      60s))
+      << mount->Log();
+  EXPECT_EQ(Join(CheckAprBytes(ReadAll(mount->Path("second.apr")), model)), "");
+  gw_->StartGateway();
 }
 
 // ----- credentials and configuration ------------------------------------------------------------
