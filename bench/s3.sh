@@ -11,7 +11,7 @@
 #          the whole file at once; radosgw's own counter of bytes sent (perf dump rgw.get_b) says
 #          how many copies the store served.
 #
-# Usage: sudo bench/s3.sh
+# Usage: sudo bench/s3.sh   (installs the baselines first when missing: scripts/install-deps.sh --bench)
 # Env: APRFS=build/fs/aprfs  WORK=/var/tmp/aprfs-bench13  MODEL=bench-1g  RUNS=3  NODES=4
 #      SECTIONS="first read nodes"  RESULTS=$WORK/results-<date>.txt  PORT=7680
 #      MOUNT_ARGS="--max-connections 16" (more options of every mount)
@@ -58,8 +58,11 @@ bytes_sent() {  # radosgw's count of object bytes it sent
 
 [ "$(id -u)" = 0 ] || die "run as root (drops the page cache, mounts)"
 [ -x "$APRFS" ] || die "no aprfs binary at $APRFS (build first)"
+if ! command -v rclone >/dev/null || ! [ -x "$AWS" ] || ! command -v bc >/dev/null; then
+  "$ROOT/scripts/install-deps.sh" --bench >&2 || die "cannot install the baselines (rclone, awscli)"
+fi
 for tool in rclone "$AWS" ceph radosgw bc; do
-  command -v "$tool" >/dev/null || die "$tool missing: apt-get install rclone awscli ceph-mon ceph-osd radosgw bc"
+  command -v "$tool" >/dev/null || die "$tool missing: scripts/install-deps.sh --all --bench"
 done
 mkdir -p "$WORK"
 echo "# bench/s3.sh $(date -Is) $(git -C "$ROOT" rev-parse --short HEAD) load $(cut -d' ' -f1-3 /proc/loadavg) MOUNT_ARGS=${MOUNT_ARGS:-}" | tee -a "$RESULTS"

@@ -5,8 +5,9 @@
 # (tests/tools/radosgw.sh); mount(8), setpriv and useradd, systemd-analyze (no running systemd
 # needed) and groff for the service tests; getfattr; Clang and its runtimes for fuzzing; fio and
 # perf for bench/all.sh. Idempotent: when every package is installed already, it changes nothing
-# (and skips `apt-get update`).
-# Usage: scripts/install-deps.sh [--all]
+# (and skips `apt-get update`). With --bench: the baselines bench/s3.sh compares against
+# (rclone, awscli), which no test needs.
+# Usage: scripts/install-deps.sh [--all|--bench]
 set -euo pipefail
 MAIN=(
   build-essential cmake ninja-build pkg-config ca-certificates
@@ -24,10 +25,12 @@ EXTRAS=(
   clang libclang-rt-14-dev
   fio linux-perf
 )
+BENCH=(rclone awscli bc)
 case "${1:-}" in
   "") PACKAGES=("${MAIN[@]}") ;;
   --all) PACKAGES=("${MAIN[@]}" "${EXTRAS[@]}") ;;
-  *) echo "usage: $0 [--all]" >&2; exit 2 ;;
+  --bench) PACKAGES=("${BENCH[@]}") ;;
+  *) echo "usage: $0 [--all|--bench]" >&2; exit 2 ;;
 esac
 
 missing=()
