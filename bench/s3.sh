@@ -100,8 +100,11 @@ fi
 
 if has_section read; then
   mount_t=() rclone_t=() aws_t=()
+  # Each tool starts from the same slate: what the previous one wrote (a GB) removed, and the
+  # disk idle again (the removal's own work would otherwise land on the next tool's time).
+  clean_slate() { rm -rf "$WORK/cache" "$WORK/out"; drop_caches; sleep 1; }
   for run in $(seq "$RUNS"); do
-    rm -rf "$WORK/cache" "$WORK/out"
+    clean_slate
     mount_at "$WORK/mnt" "$WORK/cache"
     drop_caches
     t0=$(now)
@@ -109,18 +112,21 @@ if has_section read; then
     mount_t+=("$(calc "$(now) - $t0")")
     apr_bytes=$(stat -c %s "$WORK/mnt/m.apr")
     unmount_all
-    drop_caches
+    clean_slate
     t0=$(now)
     rclone copy "rgw:$BUCKET/models/m" "$WORK/out/rclone"
     rclone_t+=("$(calc "$(now) - $t0")")
-    drop_caches
+    cmp -s "$WORK/out/rclone/$first_shard" "$WORK/models/m/$first_shard" || die "rclone copied other bytes"
+    clean_slate
     t0=$(now)
     "$AWS" --endpoint-url "$ENDPOINT" s3 cp --recursive --only-show-errors \
       "s3://$BUCKET/models/m" "$WORK/out/aws"
     aws_t+=("$(calc "$(now) - $t0")")
-    cmp -s "$WORK/out/rclone/$first_shard" "$WORK/models/m/$first_shard" || die "rclone copied other bytes"
   done
-  rm -rf "$WORK/out"
+  clean_slate
+  record read_mount_runs_s "${mount_t[*]}"
+  record read_rclone_runs_s "${rclone_t[*]}"
+  record read_aws_runs_s "${aws_t[*]}"
   m=$(median "${mount_t[@]}") r=$(median "${rclone_t[@]}") a=$(median "${aws_t[@]}")
   record apr_bytes "$apr_bytes"
   record read_mount_s "$m"
