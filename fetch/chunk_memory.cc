@@ -36,7 +36,7 @@ ChunkMemory::Reservation::Reservation(Reservation&& other) noexcept
 
 ChunkMemory::Reservation& ChunkMemory::Reservation::operator=(Reservation&& other) noexcept {
   if (this != &other) {
-    this->~Reservation();
+    GiveBack();
     owner_ = other.owner_;
     bytes_ = other.bytes_;
     other.owner_ = nullptr;
@@ -45,7 +45,9 @@ ChunkMemory::Reservation& ChunkMemory::Reservation::operator=(Reservation&& othe
   return *this;
 }
 
-ChunkMemory::Reservation::~Reservation() {
+ChunkMemory::Reservation::~Reservation() { GiveBack(); }
+
+void ChunkMemory::Reservation::GiveBack() {
   if (!owner_ || bytes_ == 0) return;
   {
     std::lock_guard lock(owner_->mu_);
@@ -53,6 +55,7 @@ ChunkMemory::Reservation::~Reservation() {
     owner_->untaken_ -= bytes_;
   }
   owner_->freed_.notify_all();
+  bytes_ = 0;
 }
 
 ChunkMemory::Ref ChunkMemory::Reservation::Take(size_t capacity) {

@@ -62,6 +62,7 @@ class ChunkMemory {
    private:
     friend class ChunkMemory;
     Reservation(ChunkMemory* owner, uint64_t bytes) : owner_(owner), bytes_(bytes) {}
+    void GiveBack();  // what was not taken
     ChunkMemory* owner_ = nullptr;
     uint64_t bytes_ = 0;
   };
