@@ -325,6 +325,10 @@ int ChunkStore::Read(uint64_t offset, size_t length, char* dst) {
   return 0;
 }
 
+void ChunkStore::DropCached(uint64_t chunk) {
+  DropServedRange(data_fd_, ChunkBegin(chunk), ChunkLength(chunk), size_);
+}
+
 std::unique_ptr<ChunkStore::Claim> ChunkStore::TryClaimOn(int fd, uint64_t chunk) {
   {
     std::lock_guard lock(claims_mu_);

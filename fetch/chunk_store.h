@@ -100,6 +100,9 @@ class ChunkStore {
   // Frees what a failed download of the claimed (absent) chunk wrote, so it takes no disk.
   void Discard(const Claim& claim);
 
+  // Drops whatever the page cache holds of the chunk's bytes (its reader is done with them: the
+  // kernel's readahead for a read of the data file may have brought in more than was served).
+  void DropCached(uint64_t chunk);
   // Drops a present chunk if nobody holds it (punches the hole). True when dropped.
   bool Evict(uint64_t chunk);
   // Drops every chunk (the file failed verification).

@@ -247,7 +247,12 @@ void RemoteFile::ForgetPassed(uint64_t offset) {
   const uint64_t passed = store_->ChunkOf(offset - slack) - 1;
   auto it = chunks_.find(passed);
   if (it == chunks_.end()) return;
-  if (Buffer bytes = it->second.memory.lock()) cache_.memory().Forget(bytes.get());
+  if (Buffer bytes = it->second.memory.lock()) {
+    cache_.memory().Forget(bytes.get());
+    // Reads of it that missed memory (out of order) read the data file, and the kernel's
+    // readahead brought in pages nobody served from there: they go too.
+    store_->DropCached(passed);
+  }
   it->second.memory.reset();
 }
 
