@@ -193,6 +193,10 @@ std::shared_ptr<ChunkStore> ChunkStore::Open(const std::string& dir, uint64_t si
   // served from memory meanwhile (ChunkMemory), and a copy into the page cache cost a quarter of
   // the daemon's CPU on a cold read. Not every filesystem has O_DIRECT: then none.
   store->direct_fd_ = ::open((dir + "/data").c_str(), O_RDWR | O_DIRECT | O_CLOEXEC);
+  // Readahead is a property of an open file: reads behind their reader go through a file of
+  // their own that never reads ahead, and leave the other's sequential state alone.
+  store->no_read_ahead_fd_ = OpenOrThrow(dir + "/data", O_RDONLY);
+  ::posix_fadvise(store->no_read_ahead_fd_, 0, 0, POSIX_FADV_RANDOM);
   store->claims_fd_ = OpenOrThrow(dir + "/claims", O_RDWR | O_CREAT);
   store->evict_fd_ = OpenOrThrow(dir + "/claims", O_RDWR);
   store->map_file_ = bip::file_mapping((dir + "/map").c_str(), bip::read_write);
@@ -204,7 +208,7 @@ std::shared_ptr<ChunkStore> ChunkStore::Open(const std::string& dir, uint64_t si
 }
 
 ChunkStore::~ChunkStore() {
-  for (int fd : {data_fd_, direct_fd_, claims_fd_, evict_fd_}) {
+  for (int fd : {data_fd_, direct_fd_, no_read_ahead_fd_, claims_fd_, evict_fd_}) {
     if (fd >= 0) ::close(fd);
   }
 }
@@ -297,7 +301,7 @@ void ChunkStore::Touch(uint64_t chunk) {
   }
 }
 
-int ChunkStore::Read(uint64_t offset, size_t length, char* dst) {
+int ChunkStore::Read(uint64_t offset, size_t length, char* dst, bool read_ahead) {
   if (length == 0) return 0;
   if (offset >= size_ || length > size_ - offset) return EIO;
   uint64_t first = ChunkOf(offset), last = ChunkOf(offset + length - 1);
@@ -309,9 +313,10 @@ int ChunkStore::Read(uint64_t offset, size_t length, char* dst) {
     if (!(word & kPresent)) return ENODATA;
     words[chunk - first] = word;
   }
+  const int fd = read_ahead ? data_fd_ : no_read_ahead_fd_;
   size_t done = 0;
   while (done < length) {
-    ssize_t n = ::pread(data_fd_, dst + done, length - done, static_cast<off_t>(offset + done));
+    ssize_t n = ::pread(fd, dst + done, length - done, static_cast<off_t>(offset + done));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return EIO;
     done += static_cast<size_t>(n);

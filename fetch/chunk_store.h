@@ -53,7 +53,10 @@ class ChunkStore {
 
   // Copies [offset, offset+length) when every chunk it touches is present and stays so
   // through the read. Returns 0, ENODATA (some chunk absent, or evicted meanwhile), or EIO.
-  int Read(uint64_t offset, size_t length, char* dst);
+  // `read_ahead`: whether the kernel may read the data file ahead of the range (a sequential
+  // reader served from the disk); off for a read behind its reader, whose next bytes were served
+  // already: what the kernel read ahead would stay cached, read by nobody.
+  int Read(uint64_t offset, size_t length, char* dst, bool read_ahead = true);
 
   // The exclusive right to fill or evict one chunk, across processes. Released on destruction.
   class Claim {
@@ -140,7 +143,8 @@ class ChunkStore {
   const uint32_t chunk_size_;
   const uint64_t chunk_count_;
   int data_fd_ = -1;
-  int direct_fd_ = -1;  // the data file opened with O_DIRECT; -1 where the filesystem refuses
+  int direct_fd_ = -1;
+  int no_read_ahead_fd_ = -1;  // the data file opened again, with POSIX_FADV_RANDOM  // the data file opened with O_DIRECT; -1 where the filesystem refuses
   std::atomic<bool> direct_{true};  // false once a direct write was refused
   int claims_fd_ = -1;
   int evict_fd_ = -1;

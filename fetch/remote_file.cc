@@ -71,8 +71,12 @@ int RemoteFile::Read(uint64_t offset, size_t length, char* dst) {
   uint64_t carry;
   std::weak_ptr<RemoteFile> next;
   std::vector<Buffer> memory;  // the chunks read, when in memory
+  // A read behind a reader that went past it already (a mapping's faults arrive out of order)
+  // has its next bytes served: the data file is not read ahead for it.
+  bool read_ahead = true;
   {
     std::lock_guard lock(mu_);
+    for (const Stream& stream : streams_) read_ahead = read_ahead && stream.next <= offset + length;
     carry = FollowStreams(offset, length);
     next = next_;
     for (uint64_t chunk = first; chunk <= last; ++chunk) memory.push_back(InMemory(chunk));
@@ -96,7 +100,7 @@ int RemoteFile::Read(uint64_t offset, size_t length, char* dst) {
     char* to = dst + (piece.begin - offset);
     if (const Buffer& bytes = memory[chunk - first]) {
       std::memcpy(to, bytes->data() + (piece.begin - chunk_begin), piece.end - piece.begin);
-    } else if (int result = store_->Read(piece.begin, piece.end - piece.begin, to)) {
+    } else if (int result = store_->Read(piece.begin, piece.end - piece.begin, to, read_ahead)) {
       if (result != ENODATA) return result;
       missing.push_back(piece);
     }
@@ -110,7 +114,8 @@ int RemoteFile::Read(uint64_t offset, size_t length, char* dst) {
   for (const Piece& piece : missing) {
     char* to = dst + (piece.begin - offset);
     int result;
-    while ((result = store_->Read(piece.begin, piece.end - piece.begin, to)) == ENODATA) {
+    while ((result = store_->Read(piece.begin, piece.end - piece.begin, to, read_ahead)) ==
+           ENODATA) {
       Buffer bytes;
       if (int err = AwaitChunk(piece.chunk, deadline, {}, what, &bytes)) return err;
       if (bytes) {

@@ -1015,5 +1015,41 @@ TEST_F(ChunkStoreTest, AlignedWritesGoPastThePageCacheOthersThroughIt) {
   EXPECT_EQ(rc, 0);
 }
 
+// A read behind its reader (whose next bytes were served already) must not leave the kernel's
+// readahead of the data file in the page cache: nobody would read or drop it.
+TEST_F(ChunkStoreTest, AReadWithoutReadAheadCachesNothingBeyondItsRange) {
+  constexpr uint32_t kBig = 1 << 20;
+  constexpr size_t kPiece = 64 << 10;
+  const uint64_t size = 4 * kBig;
+  const std::string content = PseudoRandomBytes(size, 37);
+  {
+    const int probe = ::open((temp_ / "probe").c_str(), O_RDWR | O_CREAT | O_DIRECT, 0644);
+    if (probe < 0) GTEST_SKIP() << "the test folder's filesystem has no O_DIRECT";
+    ::close(probe);
+  }
+  auto store = ChunkStore::Open(Dir(), size, kBig);
+  char* aligned = static_cast<char*>(std::aligned_alloc(ChunkStore::kDirectAlignment, kBig));
+  ASSERT_NE(aligned, nullptr);
+  std::unique_ptr<char, decltype(&std::free)> owner(aligned, &std::free);
+  for (uint64_t chunk = 0; chunk < 4; ++chunk) {  // past the page cache: nothing cached
+    std::memcpy(aligned, content.data() + chunk * kBig, kBig);
+    std::unique_ptr<ChunkStore::Claim> claim = store->TryClaim(chunk);
+    ASSERT_TRUE(claim);
+    ASSERT_EQ(store->Write(*claim, chunk * kBig, std::string_view(aligned, kBig)), 0);
+    ASSERT_EQ(store->Commit(*claim), 0);
+  }
+  const std::string data = Dir() + "/data";
+  ASSERT_EQ(ResidentPages(data, 0, size), 0u);
+  // At the start of the file: where the kernel reads ahead of a first read.
+  std::string out(kPiece, '\0');
+  ASSERT_EQ(store->Read(0, kPiece, out.data(), /*read_ahead=*/false), 0);
+  EXPECT_TRUE(out == content.substr(0, kPiece));
+  EXPECT_EQ(ResidentPages(data, 0, size), 0u) << "read ahead (or not dropped once served)";
+  // The same read with readahead leaves the kernel's readahead behind it: the test can tell.
+  ASSERT_EQ(store->Read(0, kPiece, out.data(), /*read_ahead=*/true), 0);
+  EXPECT_TRUE(out == content.substr(0, kPiece));
+  EXPECT_GT(ResidentPages(data, kPiece, size - kPiece), 0u) << "the test cannot tell the two apart";
+}
+
 }  // namespace
 }  // namespace aprfs
