@@ -15,6 +15,8 @@
 # Env: APRFS=build/fs/aprfs  WORK=/var/tmp/aprfs-bench13  MODEL=bench-1g  RUNS=3  NODES=4
 #      SECTIONS="first read nodes"  RESULTS=$WORK/results-<date>.txt  PORT=7680
 #      MOUNT_ARGS="--max-connections 16" (more options of every mount)
+#      BASELINE=/path/to/another/aprfs (read: that build too, in the same rounds: an A/B)
+#      TOOLS="rclone aws" (read: the baselines to run)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 APRFS=$(realpath -m "${APRFS:-$ROOT/build/fs/aprfs}")
@@ -25,6 +27,8 @@ NODES=${NODES:-4}
 PORT=${PORT:-7680}
 SECTIONS=${SECTIONS:-first read nodes}
 RESULTS=${RESULTS:-$WORK/results-$(date +%Y%m%d-%H%M%S).txt}
+BASELINE=${BASELINE:+$(realpath -m "$BASELINE")}
+TOOLS=${TOOLS:-rclone aws}
 RGW=$WORK/rgw
 BUCKET=bench
 ENDPOINT=http://127.0.0.1:$PORT
@@ -39,9 +43,9 @@ export RCLONE_CONFIG_RGW_SECRET_ACCESS_KEY=$AWS_SECRET_ACCESS_KEY
 
 source "$(dirname "$0")/lib.sh"
 mounts=()
-mount_at() {  # MOUNTPOINT CACHE_DIR
+mount_at() {  # MOUNTPOINT CACHE_DIR [APRFS]
   mkdir -p "$1"
-  "$APRFS" mount "$1" --no-hf-cache --source "s3://$BUCKET/models" --s3-endpoint "$ENDPOINT" \
+  "${3:-$APRFS}" mount "$1" --no-hf-cache --source "s3://$BUCKET/models" --s3-endpoint "$ENDPOINT" \
     --cache-dir "$2" --log-file "$WORK/aprfs.log" ${MOUNT_ARGS:-} || die "mount failed; see $WORK/aprfs.log"
   mounts+=("$1")
 }
@@ -51,6 +55,12 @@ unmount_all() {
 }
 cleanup() { unmount_all; "$ROOT/tests/tools/radosgw.sh" stop "$RGW" >/dev/null 2>&1 || true; }
 trap cleanup EXIT
+# CPU seconds the daemon serving MOUNTPOINT has used (user + system).
+daemon_cpu_s() {
+  local pid
+  pid=$(pgrep -n -f "aprfs mount $1 ") || { echo 0; return; }
+  awk -v hz="$(getconf CLK_TCK)" '{print ($14 + $15) / hz}' "/proc/$pid/stat"
+}
 bytes_sent() {  # radosgw's count of object bytes it sent
   ceph --admin-daemon "$RGW/run/client.rgw.gw.asok" perf dump |
     python3 -c 'import json, sys; print(json.load(sys.stdin)["rgw"]["get_b"])'
@@ -99,45 +109,69 @@ if has_section first; then
 fi
 
 if has_section read; then
-  mount_t=() rclone_t=() aws_t=()
+  mount_t=() mount_cpu=() baseline_t=() baseline_cpu=() rclone_t=() aws_t=()
   # Each tool starts from the same slate: what the previous one wrote (a GB) removed, and the
   # disk idle again (the removal's own work would otherwise land on the next tool's time).
   clean_slate() { rm -rf "$WORK/cache" "$WORK/out"; drop_caches; sleep 1; }
-  for run in $(seq "$RUNS"); do
+  read_through_mount() {  # TIMES CPU_TIMES [APRFS]: arrays to append to
     clean_slate
-    mount_at "$WORK/mnt" "$WORK/cache"
+    mount_at "$WORK/mnt" "$WORK/cache" "${3:-}"
     drop_caches
+    local t0
     t0=$(now)
     cat "$WORK/mnt/m.apr" >/dev/null
-    mount_t+=("$(calc "$(now) - $t0")")
+    eval "$1+=(\"$(calc "$(now) - $t0")\")"
+    eval "$2+=(\"$(daemon_cpu_s "$WORK/mnt")\")"
     apr_bytes=$(stat -c %s "$WORK/mnt/m.apr")
     unmount_all
-    clean_slate
-    t0=$(now)
-    rclone copy "rgw:$BUCKET/models/m" "$WORK/out/rclone"
-    rclone_t+=("$(calc "$(now) - $t0")")
-    cmp -s "$WORK/out/rclone/$first_shard" "$WORK/models/m/$first_shard" || die "rclone copied other bytes"
-    clean_slate
-    t0=$(now)
-    "$AWS" --endpoint-url "$ENDPOINT" s3 cp --recursive --only-show-errors \
-      "s3://$BUCKET/models/m" "$WORK/out/aws"
-    aws_t+=("$(calc "$(now) - $t0")")
+  }
+  for run in $(seq "$RUNS"); do
+    read_through_mount mount_t mount_cpu
+    if [ -n "$BASELINE" ]; then read_through_mount baseline_t baseline_cpu "$BASELINE"; fi
+    if [[ " $TOOLS " == *" rclone "* ]]; then
+      clean_slate
+      t0=$(now)
+      rclone copy "rgw:$BUCKET/models/m" "$WORK/out/rclone"
+      rclone_t+=("$(calc "$(now) - $t0")")
+      cmp -s "$WORK/out/rclone/$first_shard" "$WORK/models/m/$first_shard" || die "rclone copied other bytes"
+    fi
+    if [[ " $TOOLS " == *" aws "* ]]; then
+      clean_slate
+      t0=$(now)
+      "$AWS" --endpoint-url "$ENDPOINT" s3 cp --recursive --only-show-errors \
+        "s3://$BUCKET/models/m" "$WORK/out/aws"
+      aws_t+=("$(calc "$(now) - $t0")")
+    fi
   done
   clean_slate
   record read_mount_runs_s "${mount_t[*]}"
-  record read_rclone_runs_s "${rclone_t[*]}"
-  record read_aws_runs_s "${aws_t[*]}"
-  m=$(median "${mount_t[@]}") r=$(median "${rclone_t[@]}") a=$(median "${aws_t[@]}")
+  record read_mount_daemon_cpu_s "${mount_cpu[*]}"
+  m=$(median "${mount_t[@]}")
   record apr_bytes "$apr_bytes"
   record read_mount_s "$m"
-  record read_rclone_s "$r"
-  record read_aws_s "$a"
   record read_mount_mb_s "$(calc "$apr_bytes / $m / 1000000")"
-  record read_rclone_mb_s "$(calc "$model_bytes / $r / 1000000")"
-  record read_aws_mb_s "$(calc "$model_bytes / $a / 1000000")"
+  if [ -n "$BASELINE" ]; then
+    b=$(median "${baseline_t[@]}")
+    record read_baseline_runs_s "${baseline_t[*]}"
+    record read_baseline_daemon_cpu_s "${baseline_cpu[*]}"
+    record read_baseline_s "$b"
+    record speed_vs_baseline "$(calc "$b / $m")"
+  fi
   # Above 1: the mount is faster (bytes per second, each over the bytes it moved).
-  record speed_vs_rclone "$(calc "($apr_bytes / $m) / ($model_bytes / $r)")"
-  record speed_vs_aws "$(calc "($apr_bytes / $m) / ($model_bytes / $a)")"
+  if [ ${#rclone_t[@]} -gt 0 ]; then
+    r=$(median "${rclone_t[@]}")
+    record read_rclone_runs_s "${rclone_t[*]}"
+    record read_rclone_s "$r"
+    record read_rclone_mb_s "$(calc "$model_bytes / $r / 1000000")"
+    record speed_vs_rclone "$(calc "($apr_bytes / $m) / ($model_bytes / $r)")"
+  fi
+  if [ ${#aws_t[@]} -gt 0 ]; then
+    a=$(median "${aws_t[@]}")
+    record read_aws_runs_s "${aws_t[*]}"
+    record read_aws_s "$a"
+    record read_aws_mb_s "$(calc "$model_bytes / $a / 1000000")"
+    record speed_vs_aws "$(calc "($apr_bytes / $m) / ($model_bytes / $a)")"
+  fi
 fi
 
 if has_section nodes; then
