@@ -27,7 +27,7 @@ Modes:
 
 Control (on both ports): POST /_plan with a JSON list (replaces the data plan) or an
 object {"plan": [...], "hub_plan": [...], "then": MODE}; POST /_reset (plans, stats and
-`change` back to the start); GET /_stats (JSON counts, per-request log, ranges served,
+`change` back to the start; a request answered across a reset is counted in neither); GET /_stats (JSON counts, per-request log, ranges served,
 and max_in_flight: the most data requests answered at the same time since the reset).
 
 Hub mode: a second port answers like the Hub for one repo (--repo, default fault/model)
@@ -132,11 +132,16 @@ class State:
                         "then": args.then}
         self.data_url = self.endpoint = None
         self.in_flight = 0                     # data requests being answered (kept by reset)
+        # A request answered across a reset is recorded in neither: its client may have had its
+        # last byte (and asked for the reset) before the handler got to record it.
+        self.epoch = 0
+        self.request_epoch = threading.local()  # the epoch the handler's request began in
         self.reset()
         self.set_plan(self.initial)
 
     def reset(self):
         with self.lock:
+            self.epoch += 1
             self.plan, self.hub_plan, self.then = [], [], "ok"
             self.changed = False
             self.truncated = False
@@ -172,6 +177,7 @@ class State:
         """Pops the mode for this request (under the lock: concurrent requests each
         get their own entry, in arrival order)."""
         with self.lock:
+            self.request_epoch.value = self.epoch
             if hub:
                 self.stats["hub_requests"] += 1
                 text = self.hub_plan.pop(0) if self.hub_plan else "ok"
@@ -198,6 +204,8 @@ class State:
 
     def record(self, entry, sent=0, served=None):
         with self.lock:
+            if getattr(self.request_epoch, "value", self.epoch) != self.epoch:
+                return
             s = self.stats
             s["bytes_sent"] += sent
             key = str(entry.get("status"))
