@@ -378,11 +378,12 @@ class GatewayRestarter : public ::testing::EmptyTestEventListener {
       std::lock_guard lock(g_shared_mu);
       instance = g_instance;
     }
-    if (!instance || !instance->GatewayStopped()) return;
+    if (!instance || !(instance->GatewayStopped() || instance->GatewayPaused())) return;
     std::fprintf(stderr, "radosgw fixture: %s.%s left the gateway stopped: starting it again\n",
                  info.test_suite_name(), info.name());
     try {
-      instance->StartGateway();
+      if (instance->GatewayPaused()) instance->ResumeGateway();
+      if (instance->GatewayStopped()) instance->StartGateway();
     } catch (const std::exception& e) {
       std::fprintf(stderr, "radosgw fixture: %s\n", e.what());
     }
@@ -458,6 +459,7 @@ void RadosGw::Start() {
       ca_file_ = ca_file;
       running_ = true;
       gateway_stopped_ = false;
+      gateway_paused_ = false;
       std::fprintf(stderr, "radosgw fixture: %s up in %.1f s (%s)\n", endpoint_.c_str(), seconds,
                    dir_.c_str());
       return;
@@ -508,6 +510,7 @@ void RadosGw::StopGateway() {
   std::lock_guard lock(mu_);
   RunScript({"stop-gateway", dir_}, 60s);
   gateway_stopped_ = true;
+  gateway_paused_ = false;
 }
 
 void RadosGw::StartGateway() {
@@ -519,6 +522,23 @@ void RadosGw::StartGateway() {
 bool RadosGw::GatewayStopped() const {
   std::lock_guard lock(mu_);
   return running_ && gateway_stopped_;
+}
+
+void RadosGw::PauseGateway() {
+  std::lock_guard lock(mu_);
+  RunScript({"pause-gateway", dir_}, 60s);
+  gateway_paused_ = true;
+}
+
+void RadosGw::ResumeGateway() {
+  std::lock_guard lock(mu_);
+  RunScript({"resume-gateway", dir_}, 60s);
+  gateway_paused_ = false;
+}
+
+bool RadosGw::GatewayPaused() const {
+  std::lock_guard lock(mu_);
+  return running_ && gateway_paused_;
 }
 
 std::string RadosGw::EncodeKey(const std::string& key) {

@@ -91,6 +91,11 @@ class RadosGw {
   void StopGateway();
   void StartGateway();
   bool GatewayStopped() const;
+  // Freezes radosgw (SIGSTOP): connections are still accepted, requests never answered (a hung
+  // store), until ResumeGateway().
+  void PauseGateway();
+  void ResumeGateway();
+  bool GatewayPaused() const;
 
   // curl -sS for `url`, signed as `who` (SigV4, UNSIGNED-PAYLOAD) unless anonymous, with `extra`
   // arguments before the URL (e.g. {"-r", "0-99"}, {"-X", "DELETE"}, {"-T", file}). Does not
@@ -129,6 +134,7 @@ class RadosGw {
   int port_ = 0;
   bool running_ = false;
   bool gateway_stopped_ = false;
+  bool gateway_paused_ = false;
   mutable std::mutex mu_;  // Start/Stop/StopGateway/StartGateway
 };
 

@@ -192,6 +192,35 @@ TEST_F(S3MountTest, ModelsAddedToOrRemovedFromTheBucketAppearAndGoWithinTheResca
   gw_->StartGateway();
 }
 
+// A hung store (connections accepted, requests never answered) holds up nothing: the listing
+// refresh a lookup starts waits on a thread of its own, while lookups, listings and reads are
+// answered from what the mount has.
+TEST_F(S3MountTest, AHungStoreHoldsUpNoLookupListingOrRead) {
+  const SourceModel& model = TinyModel();
+  Upload(model.dir, "tiny");
+  const std::vector<std::string> args = {"--source", "s3://" + bucket_ + "/models",
+                                         "--s3-endpoint", gw_->Endpoint(), "--no-hf-cache",
+                                         "--cache-dir", Dir("cache"), "--s3-rescan", "1"};
+  AprfsMount* mount = Mount("mnt", args, TesterEnv());
+  ASSERT_NE(mount, nullptr);
+  ASSERT_EQ(Join(CheckAprBytes(ReadAll(mount->Path("tiny.apr")), model)), "");
+  gw_->PauseGateway();
+  // Every round is past the rescan interval: the first lookup starts a refresh, which hangs; the
+  // later ones find it still running.
+  for (int round = 0; round < 3; ++round) {
+    std::this_thread::sleep_for(1200ms);
+    const std::vector<std::string> files = ListDir(mount->mountpoint());
+    EXPECT_NE(std::find(files.begin(), files.end(), "tiny.apr"), files.end()) << Join(files, " ");
+    EXPECT_GT(FileSize(mount->Path("tiny.apr")), 0u);
+    EXPECT_EQ(Join(CheckAprBytes(ReadAll(mount->Path("tiny.apr")), model)), "");
+  }
+  // All answered while the refresh still hung: it gives up only once the store has not answered
+  // for the stall timeout (10 s), at every attempt.
+  EXPECT_EQ(mount->LogText().find("no answer from"), std::string::npos) << mount->Log();
+  gw_->ResumeGateway();  // the refresh is answered late, and finds what was there
+  EXPECT_EQ(Join(CheckAprBytes(ReadAll(mount->Path("tiny.apr")), model)), "");
+}
+
 // ----- credentials and configuration ------------------------------------------------------------
 
 TEST_F(S3MountTest, ProfilesAndEndpointSettingsOfTheAwsFilesAreFollowed) {

@@ -15,6 +15,9 @@
 #                                      idempotent.
 #        radosgw.sh stop-gateway DIR   stops radosgw only (monitor, OSD and data stay)
 #        radosgw.sh start-gateway DIR  starts it again; returns once it answers
+#        radosgw.sh pause-gateway DIR  freezes radosgw (SIGSTOP): connections are accepted by the
+#                                      kernel, requests never answered (a hung store)
+#        radosgw.sh resume-gateway DIR lets it go on (SIGCONT)
 #
 # Everything (ceph.conf, logs, pid files, admin sockets, monitor store) lives under DIR, which
 # `start` creates (it must not hold a running cluster). Environment: RGW_MEMSTORE_BYTES (the
@@ -25,7 +28,7 @@
 set -euo pipefail
 
 usage() {
-  sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
@@ -95,6 +98,7 @@ stop_daemon() {
     return 0
   fi
   kill -TERM "${pids[@]}" 2>/dev/null || true
+  kill -CONT "${pids[@]}" 2>/dev/null || true  # a paused one handles the SIGTERM once resumed
   deadline=$((SECONDS + STOP_GRACE))
   for pid in "${pids[@]}"; do
     while alive "$pid" && [ $SECONDS -lt $deadline ]; do sleep 0.1; done
@@ -348,6 +352,12 @@ case "$COMMAND" in
     [ -n "$(daemon_pids ceph-osd)" ] || die "the OSD of $DIR is not running"
     DEADLINE=$((SECONDS + START_TIMEOUT))
     start_gateway
+    ;;
+  pause-gateway | resume-gateway)
+    [ $# -eq 2 ] || usage
+    mapfile -t pids < <(daemon_pids radosgw)
+    [ ${#pids[@]} -gt 0 ] || die "the radosgw of $DIR is not running"
+    if [ "$COMMAND" = pause-gateway ]; then kill -STOP "${pids[@]}"; else kill -CONT "${pids[@]}"; fi
     ;;
   watch)
     [ $# -eq 3 ] || usage
