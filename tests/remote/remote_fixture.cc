@@ -148,7 +148,9 @@ struct Spawned {
   std::string error;
 };
 
-// posix_spawn with stdin /dev/null, stdout/stderr to out_fd/err_fd, in a new process group.
+// posix_spawn with stdin /dev/null, stdout/stderr to out_fd/err_fd, no other descriptor of ours
+// (daemons it starts may outlive it: they must not hold a test's pipes or sockets), in a new
+// process group.
 Spawned SpawnProcess(const std::vector<std::string>& argv, const std::vector<std::string>& env,
                      int out_fd, int err_fd) {
   posix_spawn_file_actions_t actions;
@@ -156,12 +158,15 @@ Spawned SpawnProcess(const std::vector<std::string>& argv, const std::vector<std
   posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_adddup2(&actions, out_fd, 1);
   posix_spawn_file_actions_adddup2(&actions, err_fd, 2);
+  posix_spawn_file_actions_addclosefrom_np(&actions, 3);
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
   sigset_t no_signals, defaults;
   sigemptyset(&no_signals);
   sigemptyset(&defaults);
   sigaddset(&defaults, SIGPIPE);
+  sigaddset(&defaults, SIGINT);
+  sigaddset(&defaults, SIGTERM);
   posix_spawnattr_setsigmask(&attr, &no_signals);
   posix_spawnattr_setsigdefault(&attr, &defaults);
   posix_spawnattr_setpgroup(&attr, 0);

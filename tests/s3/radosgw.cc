@@ -6,10 +6,8 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -25,7 +23,7 @@
 #include <stdexcept>
 #include <thread>
 
-extern char** environ;
+#include "tests/remote/remote_fixture.h"
 
 namespace aprfs::testing {
 namespace {
@@ -91,24 +89,10 @@ class TempFile {
 
 // ----- processes ------------------------------------------------------------------------------
 
-struct ProcOut {
-  int exit_code = -1;  // -1: killed, timed out or not started
-  int signal = 0;
-  bool timed_out = false;
-  std::string out, err;
-  std::string Describe() const {
-    std::ostringstream text;
-    if (timed_out) {
-      text << "timed out (killed)";
-    } else if (signal) {
-      text << "killed by signal " << signal;
-    } else {
-      text << "exit " << exit_code;
-    }
-    text << "\n--- stdout ---\n" << Trim(out, 4000) << "\n--- stderr ---\n" << Trim(err, 12000);
-    return text.str();
-  }
-};
+// radosgw.sh and curl run as every test command does: stdin /dev/null, output captured, in a
+// process group of their own, killed whole on timeout, no descriptor of ours inherited.
+using aprfs_rtest::ProcResult;
+using aprfs_rtest::RunCommand;
 
 std::string Quote(const std::vector<std::string>& argv) {
   std::string line;
@@ -118,86 +102,6 @@ std::string Quote(const std::vector<std::string>& argv) {
     line += plain ? arg : "'" + arg + "'";
   }
   return line;
-}
-
-// Runs argv (PATH lookup) with stdin /dev/null, stdout/stderr captured in temporary files, every
-// other descriptor closed, in its own process group (killed whole on timeout), with our
-// environment plus `extra_env` ("NAME=value").
-ProcOut RunProcess(const std::vector<std::string>& argv, std::chrono::milliseconds timeout,
-                   const std::vector<std::string>& extra_env = {}) {
-  ProcOut result;
-  TempFile out_file, err_file;
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&actions, 1, out_file.path().c_str(), O_WRONLY | O_TRUNC, 0);
-  posix_spawn_file_actions_addopen(&actions, 2, err_file.path().c_str(), O_WRONLY | O_TRUNC, 0);
-  // The daemons started by radosgw.sh outlive it: they must not hold a test's pipes or sockets.
-  posix_spawn_file_actions_addclosefrom_np(&actions, 3);
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  sigset_t no_signals, defaults;
-  sigemptyset(&no_signals);
-  sigemptyset(&defaults);
-  sigaddset(&defaults, SIGPIPE);
-  sigaddset(&defaults, SIGINT);
-  sigaddset(&defaults, SIGTERM);
-  posix_spawnattr_setsigmask(&attr, &no_signals);
-  posix_spawnattr_setsigdefault(&attr, &defaults);
-  posix_spawnattr_setpgroup(&attr, 0);
-  posix_spawnattr_setflags(&attr,
-                           POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-  std::vector<std::string> args = argv;
-  std::vector<char*> raw_args;
-  for (std::string& arg : args) raw_args.push_back(arg.data());
-  raw_args.push_back(nullptr);
-  std::vector<std::string> env;
-  for (char** e = environ; *e; ++e) {
-    std::string entry = *e;
-    std::string name = entry.substr(0, entry.find('='));
-    bool overridden = std::any_of(extra_env.begin(), extra_env.end(), [&](const std::string& x) {
-      return x.compare(0, name.size() + 1, name + "=") == 0;
-    });
-    if (!overridden) env.push_back(entry);
-  }
-  env.insert(env.end(), extra_env.begin(), extra_env.end());
-  std::vector<char*> raw_env;
-  for (std::string& entry : env) raw_env.push_back(entry.data());
-  raw_env.push_back(nullptr);
-
-  pid_t pid = -1;
-  int rc = posix_spawnp(&pid, raw_args[0], &actions, &attr, raw_args.data(), raw_env.data());
-  posix_spawn_file_actions_destroy(&actions);
-  posix_spawnattr_destroy(&attr);
-  if (rc != 0) {
-    result.err = "cannot start " + argv[0] + ": " + std::strerror(rc);
-    return result;
-  }
-  auto deadline = Clock::now() + timeout;
-  auto pause = 1ms;
-  int status = 0;
-  for (;;) {
-    pid_t r = waitpid(pid, &status, WNOHANG);
-    if (r == pid) break;
-    if (r < 0 && errno != EINTR) break;
-    if (Clock::now() > deadline) {
-      result.timed_out = true;
-      kill(-pid, SIGKILL);
-      while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-      }
-      break;
-    }
-    std::this_thread::sleep_for(pause);
-    pause = std::min<std::chrono::milliseconds>(pause * 2, 20ms);
-  }
-  if (!result.timed_out && WIFEXITED(status)) {
-    result.exit_code = WEXITSTATUS(status);
-  } else if (WIFSIGNALED(status)) {
-    result.signal = WTERMSIG(status);
-  }
-  result.out = Slurp(out_file.path());
-  result.err = Slurp(err_file.path());
-  return result;
 }
 
 // ----- the instance's folder and owner --------------------------------------------------------
@@ -439,7 +343,7 @@ void RadosGw::Start() {
     std::string dir = NewInstanceDir();
     int port = PickPort();
     auto started = Clock::now();
-    ProcOut r = RunProcess({"bash", Script(), "start", dir, std::to_string(port)}, 180s,
+    ProcResult r = RunCommand({"bash", Script(), "start", dir, std::to_string(port)}, 180s,
                            {"RGW_OWNER_PID=" + std::to_string(getpid())});
     double seconds = std::chrono::duration<double>(Clock::now() - started).count();
     std::string endpoint, tls_endpoint, ca_file;
@@ -466,7 +370,7 @@ void RadosGw::Start() {
     }
     errors += "attempt " + std::to_string(attempt) + " (port " + std::to_string(port) + ", " +
               std::to_string(seconds) + " s): radosgw.sh start " + r.Describe() + "\n";
-    RunProcess({"bash", Script(), "stop", dir}, 60s);
+    RunCommand({"bash", Script(), "stop", dir}, 60s);
     if (KeepDirs()) {
       KeepDir(dir);
     } else {
@@ -485,7 +389,7 @@ void RadosGw::Stop() {
   std::lock_guard lock(mu_);
   if (!running_) return;
   running_ = false;
-  ProcOut r = RunProcess({"bash", Script(), "stop", dir_}, 90s);
+  ProcResult r = RunCommand({"bash", Script(), "stop", dir_}, 90s);
   if (r.exit_code != 0) {
     std::fprintf(stderr, "radosgw fixture: radosgw.sh stop %s: %s\n", dir_.c_str(),
                  r.Describe().c_str());
@@ -500,7 +404,7 @@ void RadosGw::Stop() {
 void RadosGw::RunScript(const std::vector<std::string>& args, std::chrono::seconds timeout) const {
   std::vector<std::string> argv = {"bash", Script()};
   argv.insert(argv.end(), args.begin(), args.end());
-  ProcOut r = RunProcess(argv, timeout);
+  ProcResult r = RunCommand(argv, timeout);
   if (r.exit_code != 0) {
     throw std::runtime_error("radosgw fixture: " + Quote(argv) + ": " + r.Describe());
   }
@@ -603,7 +507,7 @@ CurlResult RadosGw::Curl(const std::string& url, const S3Credentials& who,
   }
   argv.insert(argv.end(), extra.begin(), extra.end());
   argv.push_back(url);
-  ProcOut r = RunProcess(argv, timeout + 10s);
+  ProcResult r = RunCommand(argv, timeout + 10s);
   CurlResult result;
   result.command = Quote(argv);
   result.curl_exit = r.timed_out || r.signal ? -1 : r.exit_code;
@@ -743,7 +647,7 @@ int CleanStaleRadosGwDirs() {
     } else if (OwnerAlive(owner)) {
       continue;
     }
-    ProcOut r = RunProcess({"bash", Script(), "stop", dir}, 90s);
+    ProcResult r = RunCommand({"bash", Script(), "stop", dir}, 90s);
     if (r.exit_code != 0) {
       std::fprintf(stderr, "radosgw fixture: stopping stale %s: %s\n", dir.c_str(),
                    r.Describe().c_str());
