@@ -158,20 +158,18 @@ if has_section read; then
     record speed_vs_baseline "$(calc "$b / $m")"
   fi
   # Above 1: the mount is faster (bytes per second, each over the bytes it moved).
-  if [ ${#rclone_t[@]} -gt 0 ]; then
-    r=$(median "${rclone_t[@]}")
-    record read_rclone_runs_s "${rclone_t[*]}"
-    record read_rclone_s "$r"
-    record read_rclone_mb_s "$(calc "$model_bytes / $r / 1000000")"
-    record speed_vs_rclone "$(calc "($apr_bytes / $m) / ($model_bytes / $r)")"
-  fi
-  if [ ${#aws_t[@]} -gt 0 ]; then
-    a=$(median "${aws_t[@]}")
-    record read_aws_runs_s "${aws_t[*]}"
-    record read_aws_s "$a"
-    record read_aws_mb_s "$(calc "$model_bytes / $a / 1000000")"
-    record speed_vs_aws "$(calc "($apr_bytes / $m) / ($model_bytes / $a)")"
-  fi
+  report_tool() {  # NAME RUN_TIMES...
+    local name=$1 t
+    shift
+    [ $# -gt 0 ] || return 0
+    t=$(median "$@")
+    record "read_${name}_runs_s" "$*"
+    record "read_${name}_s" "$t"
+    record "read_${name}_mb_s" "$(calc "$model_bytes / $t / 1000000")"
+    record "speed_vs_$name" "$(calc "($apr_bytes / $m) / ($model_bytes / $t)")"
+  }
+  report_tool rclone "${rclone_t[@]}"
+  report_tool aws "${aws_t[@]}"
 fi
 
 if has_section nodes; then

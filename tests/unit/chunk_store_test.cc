@@ -977,21 +977,35 @@ size_t ResidentPages(const std::string& path, uint64_t offset, uint64_t length) 
   return resident;
 }
 
+// Whether files in `dir` can be opened with O_DIRECT.
+bool DirectIo(const std::string& dir) {
+  const int probe = ::open((dir + "/probe").c_str(), O_RDWR | O_CREAT | O_DIRECT, 0644);
+  if (probe >= 0) ::close(probe);
+  return probe >= 0;
+}
+
+// Page-aligned memory, as the commit lane writes from.
+struct AlignedBuffer {
+  explicit AlignedBuffer(size_t size)
+      : bytes(static_cast<char*>(std::aligned_alloc(ChunkStore::kDirectAlignment, size))) {
+    if (bytes == nullptr) throw std::bad_alloc();
+  }
+  ~AlignedBuffer() { std::free(bytes); }
+  AlignedBuffer(const AlignedBuffer&) = delete;
+  AlignedBuffer& operator=(const AlignedBuffer&) = delete;
+  char* bytes;
+};
+
 // Whole chunks written from page-aligned memory go past the page cache (the daemon serves them
 // from that memory); anything else goes through it. Both read back exactly.
 TEST_F(ChunkStoreTest, AlignedWritesGoPastThePageCacheOthersThroughIt) {
   constexpr uint32_t kBig = 1 << 20;
   const uint64_t size = 3 * kBig + 100;
   const std::string content = PseudoRandomBytes(size, 31);
-  {
-    const int probe = ::open((temp_ / "probe").c_str(), O_RDWR | O_CREAT | O_DIRECT, 0644);
-    if (probe < 0) GTEST_SKIP() << "the test folder's filesystem has no O_DIRECT";
-    ::close(probe);
-  }
+  if (!DirectIo(Dir("."))) GTEST_SKIP() << "the test folder's filesystem has no O_DIRECT";
   auto store = ChunkStore::Open(Dir(), size, kBig);
-  char* aligned = static_cast<char*>(std::aligned_alloc(ChunkStore::kDirectAlignment, kBig));
-  ASSERT_NE(aligned, nullptr);
-  std::unique_ptr<char, decltype(&std::free)> owner(aligned, &std::free);
+  AlignedBuffer buffer(kBig);
+  char* aligned = buffer.bytes;
   auto write_from = [&](uint64_t chunk, const char* from) {
     std::unique_ptr<ChunkStore::Claim> claim = store->TryClaim(chunk);
     ASSERT_TRUE(claim);
@@ -1022,15 +1036,10 @@ TEST_F(ChunkStoreTest, AReadWithoutReadAheadCachesNothingBeyondItsRange) {
   constexpr size_t kPiece = 64 << 10;
   const uint64_t size = 4 * kBig;
   const std::string content = PseudoRandomBytes(size, 37);
-  {
-    const int probe = ::open((temp_ / "probe").c_str(), O_RDWR | O_CREAT | O_DIRECT, 0644);
-    if (probe < 0) GTEST_SKIP() << "the test folder's filesystem has no O_DIRECT";
-    ::close(probe);
-  }
+  if (!DirectIo(Dir("."))) GTEST_SKIP() << "the test folder's filesystem has no O_DIRECT";
   auto store = ChunkStore::Open(Dir(), size, kBig);
-  char* aligned = static_cast<char*>(std::aligned_alloc(ChunkStore::kDirectAlignment, kBig));
-  ASSERT_NE(aligned, nullptr);
-  std::unique_ptr<char, decltype(&std::free)> owner(aligned, &std::free);
+  AlignedBuffer buffer(kBig);
+  char* aligned = buffer.bytes;
   for (uint64_t chunk = 0; chunk < 4; ++chunk) {  // past the page cache: nothing cached
     std::memcpy(aligned, content.data() + chunk * kBig, kBig);
     std::unique_ptr<ChunkStore::Claim> claim = store->TryClaim(chunk);
