@@ -19,6 +19,12 @@ namespace {
 
 namespace fs = std::filesystem;
 
+int64_t WallClockNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
 bool Relevant(const std::string& name) {
   auto ends = [&](std::string_view s) {
     return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
@@ -170,7 +176,8 @@ Catalog::Catalog(CatalogOptions options) : options_(std::move(options)) {
     for (const S3Uri& source : options_.s3_sources) {
       auto listed = options_.s3_listed.find(source.ToString());
       if (listed == options_.s3_listed.end()) continue;
-      s3_listings_[source.ToString()] = S3Listing{now, FindS3Models(source, listed->second)};
+      s3_listings_[source.ToString()] =
+          S3Listing{now, FindS3Models(source, listed->second), WallClockNs(), false, ""};
     }
   }
   if (!options_.repos.empty() || !options_.s3_sources.empty()) {
@@ -192,16 +199,18 @@ Catalog::~Catalog() {
   if (s3_refresher_.joinable()) s3_refresher_.join();
 }
 
-std::optional<std::vector<S3ModelRef>> Catalog::ListS3Models(const S3Uri& source) const {
+std::optional<std::vector<S3ModelRef>> Catalog::ListS3Models(const S3Uri& source,
+                                                             std::string* error) const {
   const std::string uri = source.ToString();
   try {
     std::vector<S3ModelRef> models =
-        FindS3Models(source, ListS3Source(*s3_client_, source, options_.remote.cache_dir));
+        FindS3Models(source, ListS3Source(*s3_client_, source, options_.remote.cache_dir, error));
     if (models.empty()) spdlog::warn("{}: no model folders (no *.safetensors)", uri);
     return models;
   } catch (const std::exception& e) {
     // The models listed before stay; asked again at the next interval.
     spdlog::error("{}: cannot list: {}", uri, e.what());
+    *error = e.what();
     return std::nullopt;
   }
 }
@@ -213,6 +222,7 @@ void Catalog::RefreshS3ListingsInBackground() {
     auto it = s3_listings_.find(source.ToString());
     if (it == s3_listings_.end() || now - it->second.at < options_.s3_rescan_interval) continue;
     it->second.at = now;  // not due again before the interval, whatever the outcome
+    it->second.refreshing = true;
     due.push_back(source);
   }
   if (due.empty()) return;
@@ -220,17 +230,43 @@ void Catalog::RefreshS3ListingsInBackground() {
   if (s3_refresher_.joinable()) s3_refresher_.join();
   s3_refreshing_ = true;
   s3_refresher_ = std::thread([this, due = std::move(due)] {
-    std::map<std::string, std::vector<S3ModelRef>> listed;
+    std::map<std::string, std::optional<std::vector<S3ModelRef>>> listed;
+    std::map<std::string, std::string> errors;
     for (const S3Uri& source : due) {
-      if (auto models = ListS3Models(source)) listed[source.ToString()] = std::move(*models);
+      listed[source.ToString()] = ListS3Models(source, &errors[source.ToString()]);
     }
     std::lock_guard lock(mu_);
+    bool changed = false;
     for (auto& [uri, models] : listed) {
-      s3_listings_[uri] = S3Listing{std::chrono::steady_clock::now(), std::move(models)};
+      S3Listing& listing = s3_listings_[uri];
+      listing.refreshing = false;
+      listing.error = errors[uri];
+      if (!models) continue;  // what was listed before stays
+      listing.at = std::chrono::steady_clock::now();
+      listing.models = std::move(*models);
+      if (listing.error.empty()) listing.listed_at_ns = WallClockNs();
+      changed = true;
     }
-    if (!listed.empty()) last_scan_ = {};  // the next lookup or listing sees them
+    if (changed) last_scan_ = {};  // the next lookup or listing sees them
     s3_refreshing_ = false;
   });
+}
+
+std::vector<Catalog::S3SourceView> Catalog::S3Sources() {
+  std::lock_guard lock(mu_);
+  std::vector<S3SourceView> views;
+  for (const S3Uri& source : options_.s3_sources) {
+    S3SourceView view;
+    view.uri = source.ToString();
+    if (auto it = s3_listings_.find(view.uri); it != s3_listings_.end()) {
+      view.models = it->second.models.size();
+      view.listed_at_ns = it->second.listed_at_ns;
+      view.refreshing = it->second.refreshing;
+      view.error = it->second.error;
+    }
+    views.push_back(std::move(view));
+  }
+  return views;
 }
 
 std::vector<ModelRef> Catalog::FromS3Source(const S3Uri& source) {
@@ -239,8 +275,11 @@ std::vector<ModelRef> Catalog::FromS3Source(const S3Uri& source) {
   if (it == s3_listings_.end()) {
     // The first listing (none was handed over by `aprfs mount`): nothing to show meanwhile.
     const auto now = std::chrono::steady_clock::now();
-    it = s3_listings_.emplace(uri, S3Listing{now, ListS3Models(source).value_or(
-                                                      std::vector<S3ModelRef>{})}).first;
+    std::string error;
+    std::optional<std::vector<S3ModelRef>> models = ListS3Models(source, &error);
+    S3Listing listing{now, models.value_or(std::vector<S3ModelRef>{}),
+                      models && error.empty() ? WallClockNs() : 0, false, error};
+    it = s3_listings_.emplace(uri, std::move(listing)).first;
   } else if (options_.s3_rescan_interval.count() > 0 && !s3_refreshing_ &&
              std::chrono::steady_clock::now() - it->second.at >= options_.s3_rescan_interval) {
     RefreshS3ListingsInBackground();

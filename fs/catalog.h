@@ -109,6 +109,17 @@ class Catalog {
   };
   std::vector<ModelView> Models();
 
+  // Each S3 source as status pages show it: what its last listing found and when, whether a
+  // refresh runs now, and why the last one failed (empty when it did not).
+  struct S3SourceView {
+    std::string uri;
+    size_t models = 0;
+    int64_t listed_at_ns = 0;  // since the epoch; 0: never listed
+    bool refreshing = false;
+    std::string error;
+  };
+  std::vector<S3SourceView> S3Sources();
+
   const CatalogOptions& options() const { return options_; }
   // The download workers and caches of remote (--repo, S3) models; null without any.
   RemoteContext* remote() const { return remote_.get(); }
@@ -140,9 +151,11 @@ class Catalog {
   // than the interval is made again in the background, so that no lookup waits for the store.
   // Requires mu_.
   std::vector<ModelRef> FromS3Source(const S3Uri& source);
-  // The model folders under `source`, listed now; nullopt on failure (logged: the caller keeps
-  // what it listed before).
-  std::optional<std::vector<S3ModelRef>> ListS3Models(const S3Uri& source) const;
+  // The model folders under `source`, listed now, or as an earlier mount kept them when the
+  // store does not answer; nullopt when neither can be had (the caller keeps what it listed
+  // before). Logged; `error` says why the store's listing could not be had.
+  std::optional<std::vector<S3ModelRef>> ListS3Models(const S3Uri& source,
+                                                      std::string* error) const;
   // Lists the stale sources again on a thread of its own, then installs their listings and makes
   // the next scan see them. Requires mu_.
   void RefreshS3ListingsInBackground();
@@ -161,8 +174,11 @@ class Catalog {
   std::shared_ptr<const Listing> listing_;
   std::map<std::string, std::shared_ptr<Slot>> slots_;
   struct S3Listing {
-    std::chrono::steady_clock::time_point at;
+    std::chrono::steady_clock::time_point at;  // last asked for (listed or failed)
     std::vector<S3ModelRef> models;
+    int64_t listed_at_ns = 0;  // when `models` were listed, since the epoch; 0: never
+    bool refreshing = false;
+    std::string error;  // why the last listing failed; empty when it did not
   };
   std::map<std::string, S3Listing> s3_listings_;  // by source URI
   bool s3_refreshing_ = false;  // a refresh runs (guarded by mu_)

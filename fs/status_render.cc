@@ -183,6 +183,19 @@ std::string RenderStatusJson(const MountStatus& status) {
               {"cache_dir", OrNull(status.cache_dir)},
               {"cache_size_limit", OrNull(status.cache_size_limit)},
               {"models", models}};
+  if (!status.s3_sources.empty()) {
+    json sources = json::array();
+    for (const S3SourceStatus& source : status.s3_sources) {
+      json listed_at = nullptr;
+      if (source.listed_at_ns) listed_at = Iso8601(*source.listed_at_ns);
+      sources.push_back({{"uri", source.uri},
+                         {"models", source.models},
+                         {"listed_at", listed_at},
+                         {"refreshing", source.refreshing},
+                         {"error", OrNull(source.error)}});
+    }
+    out["s3_sources"] = sources;
+  }
   if (status.fetch_workers) {
     out["fetcher"] = {{"workers", *status.fetch_workers},
                       {"queued",
@@ -224,6 +237,20 @@ std::string RenderMetrics(const MountStatus& status) {
              "Memory of downloaded chunks: in use (downloading, storing, kept), kept for readers.",
              {{"state=\"used\"", std::to_string(status.memory_used.value_or(0))},
               {"state=\"kept\"", std::to_string(status.memory_kept.value_or(0))}});
+  }
+  if (!status.s3_sources.empty()) {
+    std::vector<Sample> listed, failing;
+    for (const S3SourceStatus& source : status.s3_sources) {
+      const std::string label = "source=\"" + EscapeLabel(source.uri) + "\"";
+      if (source.listed_at_ns) {
+        listed.push_back({label, Number(static_cast<double>(*source.listed_at_ns) / 1e9)});
+      }
+      failing.push_back({label, source.error ? "1" : "0"});
+    }
+    w.Family("aprfs_s3_listed_time_seconds", "gauge",
+             "When an S3 source was last listed, in seconds since the epoch.", listed);
+    w.Family("aprfs_s3_listing_failed", "gauge",
+             "1 when the last listing of an S3 source failed (status.json says why).", failing);
   }
   std::vector<Sample> info;
   for (const ModelStatus& model : status.models) {

@@ -183,6 +183,16 @@ MountStatus CollectStatus(Catalog& catalog, const MountFacts& facts) {
     status.memory_kept = memory.kept();
   }
 
+  for (const Catalog::S3SourceView& source : catalog.S3Sources()) {
+    S3SourceStatus out;
+    out.uri = source.uri;
+    out.models = source.models;
+    if (source.listed_at_ns != 0) out.listed_at_ns = source.listed_at_ns;
+    out.refreshing = source.refreshing;
+    if (!source.error.empty()) out.error = source.error;
+    status.s3_sources.push_back(std::move(out));
+  }
+
   std::vector<Catalog::ModelView> views = catalog.Models();
   std::shared_ptr<const Catalog::Listing> listing = catalog.Scan();
   std::map<std::string, std::vector<std::string>> names;

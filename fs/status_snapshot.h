@@ -82,6 +82,15 @@ struct ModelStatus {
   std::string Label() const { return names.empty() ? key : names.front(); }
 };
 
+// An S3 source (--source s3://...): what its last listing found and when.
+struct S3SourceStatus {
+  std::string uri;
+  uint64_t models = 0;
+  std::optional<int64_t> listed_at_ns;  // since the epoch; none: never listed
+  bool refreshing = false;              // a listing is being made now
+  std::optional<std::string> error;     // why the last listing failed
+};
+
 // What identifies the daemon; the rest comes from the catalog.
 struct MountFacts {
   std::string mountpoint;
@@ -103,6 +112,7 @@ struct MountStatus {
   // stored, chunks kept for readers), of that kept for readers.
   std::optional<uint64_t> memory_limit, memory_used, memory_kept;
   std::vector<ModelStatus> models;
+  std::vector<S3SourceStatus> s3_sources;
 };
 
 // Every model of the catalog (built or not), without building any.

@@ -202,7 +202,7 @@ std::vector<S3ModelRef> FindS3Models(const S3Uri& source, const std::vector<S3Ob
 }
 
 std::vector<S3Object> ListS3Source(const S3Client& client, const S3Uri& source,
-                                   const std::string& cache_dir) {
+                                   const std::string& cache_dir, std::string* stale) {
   const std::string cached = BucketMetaDir(cache_dir, client, source.bucket) + "/listings/" +
                              Sha256Hex(source.prefix).substr(0, 24) + ".json";
   std::optional<std::string> text = ReadFileIfExists(cached, kMaxSmallFile);
@@ -220,6 +220,7 @@ std::vector<S3Object> ListS3Source(const S3Client& client, const S3Uri& source,
       throw S3Error(e.kind(), std::string(e.what()) + "; no listing kept by an earlier mount");
     }
     spdlog::warn("{}: using the listing kept by an earlier mount ({})", source.ToString(), e.what());
+    if (stale) *stale = std::string(e.what()) + "; the listing kept by an earlier mount is used";
     return *kept;
   }
 }

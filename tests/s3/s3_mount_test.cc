@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "tests/remote/remote_fixture.h"
+#include "tests/remote/remote_test_util.h"
 #include "tests/s3/radosgw.h"
 
 namespace aprfs_rtest {
@@ -188,6 +189,15 @@ TEST_F(S3MountTest, ModelsAddedToOrRemovedFromTheBucketAppearAndGoWithinTheResca
       },
       60s))
       << mount->Log();
+  // status.json says why the last listing failed.
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        const json source = ReadStatus(*mount)["s3_sources"][0];
+        return source["error"].is_string() &&
+               source["error"].get<std::string>().find("no answer from") != std::string::npos;
+      },
+      60s))
+      << ReadStatus(*mount).dump(2);
   EXPECT_EQ(Join(CheckAprBytes(ReadAll(mount->Path("second.apr")), model)), "");
   gw_->StartGateway();
 }
@@ -215,9 +225,24 @@ TEST_F(S3MountTest, AHungStoreHoldsUpNoLookupListingOrRead) {
     EXPECT_EQ(Join(CheckAprBytes(ReadAll(mount->Path("tiny.apr")), model)), "");
   }
   // All answered while the refresh still hung: it gives up only once the store has not answered
-  // for the stall timeout (10 s), at every attempt.
+  // for the stall timeout (10 s), at every attempt. status.json says it runs.
   EXPECT_EQ(mount->LogText().find("no answer from"), std::string::npos) << mount->Log();
+  json status = ReadStatus(*mount);
+  ASSERT_EQ(status["s3_sources"].size(), 1u) << status.dump(2);
+  const json& source = status["s3_sources"][0];
+  EXPECT_EQ(source["uri"], "s3://" + bucket_ + "/models");
+  EXPECT_EQ(source["refreshing"], true) << source.dump();
+  EXPECT_EQ(source["models"], 1) << source.dump();
+  EXPECT_TRUE(source["error"].is_null()) << source.dump();
+  const std::string listed_at = source.value("listed_at", "");
   gw_->ResumeGateway();  // the refresh is answered late, and finds what was there
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        const json now = ReadStatus(*mount)["s3_sources"][0];
+        return now["refreshing"] == false && now.value("listed_at", "") > listed_at;
+      },
+      60s))
+      << ReadStatus(*mount).dump(2);
   EXPECT_EQ(Join(CheckAprBytes(ReadAll(mount->Path("tiny.apr")), model)), "");
 }
 

@@ -150,5 +150,40 @@ TEST(StatusRenderTest, MetricLabelsAreEscaped) {
   EXPECT_TRUE(parsed["models"][0]["name"].is_null());
 }
 
+TEST(StatusRenderTest, S3SourcesSayWhenTheyWereListedAndWhyTheLastListingFailed) {
+  MountStatus status;
+  status.version = "1";
+  S3SourceStatus fine;
+  fine.uri = "s3://models/team";
+  fine.models = 3;
+  fine.listed_at_ns = 1764000000'000'000'000;
+  S3SourceStatus failing = fine;
+  failing.uri = "s3://other/";
+  failing.refreshing = true;
+  failing.error = "s3://other/: list: no answer from http://127.0.0.1:1 (timed out)";
+  S3SourceStatus never;
+  never.uri = "s3://never/";
+  never.error = "s3://never/: no such bucket";
+  status.s3_sources = {fine, failing, never};
+  json parsed = json::parse(RenderStatusJson(status));
+  ASSERT_EQ(parsed["s3_sources"].size(), 3u);
+  EXPECT_EQ(parsed["s3_sources"][0]["uri"], fine.uri);
+  EXPECT_EQ(parsed["s3_sources"][0]["models"], 3);
+  EXPECT_EQ(parsed["s3_sources"][0]["listed_at"], "2025-11-24T16:00:00.000Z");
+  EXPECT_EQ(parsed["s3_sources"][0]["refreshing"], false);
+  EXPECT_TRUE(parsed["s3_sources"][0]["error"].is_null());
+  EXPECT_EQ(parsed["s3_sources"][1]["refreshing"], true);
+  EXPECT_EQ(parsed["s3_sources"][1]["error"], *failing.error);
+  EXPECT_TRUE(parsed["s3_sources"][2]["listed_at"].is_null());
+  aprfs_itest::PromParse metrics = aprfs_itest::ParsePrometheusText(RenderMetrics(status));
+  EXPECT_TRUE(metrics.problems.empty()) << ::testing::PrintToString(metrics.problems);
+  EXPECT_EQ(metrics.Value("aprfs_s3_listed_time_seconds", {{"source", fine.uri}}), 1764000000);
+  EXPECT_EQ(metrics.Value("aprfs_s3_listing_failed", {{"source", fine.uri}}), 0);
+  EXPECT_EQ(metrics.Value("aprfs_s3_listing_failed", {{"source", failing.uri}}), 1);
+  EXPECT_EQ(metrics.Value("aprfs_s3_listing_failed", {{"source", never.uri}}), 1);
+  // Nothing without S3 sources.
+  EXPECT_FALSE(json::parse(RenderStatusJson(MountStatus{})).contains("s3_sources"));
+}
+
 }  // namespace
 }  // namespace aprfs
