@@ -157,9 +157,8 @@ TEST_F(S3MountTest, ShardsOfSeveralChunksReadInAnyOrderAreExact) {
 TEST_F(S3MountTest, ModelsAddedToOrRemovedFromTheBucketAppearAndGoWithinTheRescanInterval) {
   const SourceModel& model = TinyModel();
   Upload(model.dir, "first");
-  const std::vector<std::string> args = {"--source", "s3://" + bucket_ + "/models",
-                                         "--s3-endpoint", gw_->Endpoint(), "--no-hf-cache",
-                                         "--cache-dir", Dir("cache"), "--s3-rescan", "1"};
+  std::vector<std::string> args = MountArgs(Dir("cache"));
+  args.insert(args.end(), {"--s3-rescan", "1"});
   AprfsMount* mount = Mount("mnt", args, TesterEnv());
   ASSERT_NE(mount, nullptr);
   auto shown = [&](const std::string& name) {
@@ -208,9 +207,8 @@ TEST_F(S3MountTest, ModelsAddedToOrRemovedFromTheBucketAppearAndGoWithinTheResca
 TEST_F(S3MountTest, AHungStoreHoldsUpNoLookupListingOrRead) {
   const SourceModel& model = TinyModel();
   Upload(model.dir, "tiny");
-  const std::vector<std::string> args = {"--source", "s3://" + bucket_ + "/models",
-                                         "--s3-endpoint", gw_->Endpoint(), "--no-hf-cache",
-                                         "--cache-dir", Dir("cache"), "--s3-rescan", "1"};
+  std::vector<std::string> args = MountArgs(Dir("cache"));
+  args.insert(args.end(), {"--s3-rescan", "1"});
   AprfsMount* mount = Mount("mnt", args, TesterEnv());
   ASSERT_NE(mount, nullptr);
   ASSERT_EQ(Join(CheckAprBytes(ReadAll(mount->Path("tiny.apr")), model)), "");
