@@ -176,8 +176,10 @@ Catalog::Catalog(CatalogOptions options) : options_(std::move(options)) {
     for (const S3Uri& source : options_.s3_sources) {
       auto listed = options_.s3_listed.find(source.ToString());
       if (listed == options_.s3_listed.end()) continue;
-      s3_listings_[source.ToString()] =
-          S3Listing{now, FindS3Models(source, listed->second), WallClockNs(), false, ""};
+      const SourceListing& made = listed->second;
+      s3_listings_[source.ToString()] = S3Listing{now, FindS3Models(source, made.objects),
+                                                  made.stale.empty() ? WallClockNs() : 0, false,
+                                                  made.stale};
     }
   }
   if (!options_.repos.empty() || !options_.s3_sources.empty()) {
@@ -203,8 +205,9 @@ std::optional<std::vector<S3ModelRef>> Catalog::ListS3Models(const S3Uri& source
                                                              std::string* error) const {
   const std::string uri = source.ToString();
   try {
-    std::vector<S3ModelRef> models =
-        FindS3Models(source, ListS3Source(*s3_client_, source, options_.remote.cache_dir, error));
+    SourceListing listing = ListS3Source(*s3_client_, source, options_.remote.cache_dir);
+    *error = listing.stale;
+    std::vector<S3ModelRef> models = FindS3Models(source, listing.objects);
     if (models.empty()) spdlog::warn("{}: no model folders (no *.safetensors)", uri);
     return models;
   } catch (const std::exception& e) {

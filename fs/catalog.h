@@ -33,7 +33,7 @@ struct CatalogOptions {
   std::chrono::milliseconds s3_rescan_interval{60000};
   // Listings made just before (by `aprfs mount`, to report errors to its caller), by source URI:
   // the first scan uses them instead of listing again.
-  std::map<std::string, std::vector<S3Object>> s3_listed;
+  std::map<std::string, SourceListing> s3_listed;
   RemoteSettings remote;                // caches and connections of remote (Hub, S3) models
   // How long a scan of the sources stays fresh before a lookup or a listing rescans them.
   std::chrono::milliseconds rescan_interval{1000};

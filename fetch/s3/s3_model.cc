@@ -201,8 +201,8 @@ std::vector<S3ModelRef> FindS3Models(const S3Uri& source, const std::vector<S3Ob
   return models;
 }
 
-std::vector<S3Object> ListS3Source(const S3Client& client, const S3Uri& source,
-                                   const std::string& cache_dir, std::string* stale) {
+SourceListing ListS3Source(const S3Client& client, const S3Uri& source,
+                           const std::string& cache_dir) {
   const std::string cached = BucketMetaDir(cache_dir, client, source.bucket) + "/listings/" +
                              Sha256Hex(source.prefix).substr(0, 24) + ".json";
   std::optional<std::string> text = ReadFileIfExists(cached, kMaxSmallFile);
@@ -213,15 +213,15 @@ std::vector<S3Object> ListS3Source(const S3Client& client, const S3Uri& source,
     std::vector<S3Object> objects = client.List(
         source.bucket, source.prefix.empty() ? "" : source.prefix + "/", kept ? 2 : 0);
     WriteAtomically(cached, ListingJson(objects));
-    return objects;
+    return {std::move(objects), ""};
   } catch (const S3Error& e) {
     if (!e.transient()) throw;
     if (!kept) {
       throw S3Error(e.kind(), std::string(e.what()) + "; no listing kept by an earlier mount");
     }
     spdlog::warn("{}: using the listing kept by an earlier mount ({})", source.ToString(), e.what());
-    if (stale) *stale = std::string(e.what()) + "; the listing kept by an earlier mount is used";
-    return *kept;
+    return {std::move(*kept),
+            std::string(e.what()) + "; the listing kept by an earlier mount is used"};
   }
 }
 

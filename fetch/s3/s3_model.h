@@ -31,10 +31,14 @@ std::vector<S3ModelRef> FindS3Models(const S3Uri& source, const std::vector<S3Ob
 
 // The objects under a source: listed by the store (and kept in <cache_dir>/meta/s3), or, when
 // the store cannot answer (unreachable, failing), the listing an earlier mount kept, with a
-// warning, and `stale` (when given) says why. Throws S3Error when neither is possible, or the
-// store refuses (no such bucket, access denied).
-std::vector<S3Object> ListS3Source(const S3Client& client, const S3Uri& source,
-                                   const std::string& cache_dir, std::string* stale = nullptr);
+// warning. Throws S3Error when neither is possible, or the store refuses (no such bucket,
+// access denied).
+struct SourceListing {
+  std::vector<S3Object> objects;
+  std::string stale;  // why the store's own listing could not be had; empty when it was
+};
+SourceListing ListS3Source(const S3Client& client, const S3Uri& source,
+                           const std::string& cache_dir);
 
 // The model of a folder: its small files and shard headers (read once, then from the metadata
 // cache, keyed by ETag), one lazily read RemoteFile per shard, pinned to its listed ETag. Throws

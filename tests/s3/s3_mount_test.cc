@@ -435,6 +435,12 @@ TEST_F(S3MountTest, ARemountWhileTheStoreIsDownServesWhatTheCacheHolds) {
   EXPECT_TRUE(ReadAll(offline->Path("tiny.apr")) == first);
   EXPECT_NE(offline->LogText().find("listing kept by an earlier mount"), std::string::npos)
       << offline->Log();
+  // status.json says so too: never listed by this mount, and why.
+  const json source = ReadStatus(*offline)["s3_sources"][0];
+  EXPECT_TRUE(source["listed_at"].is_null()) << source.dump();
+  const std::string error = source["error"].is_string() ? source["error"].get<std::string>() : "";
+  EXPECT_NE(error.find("no answer from"), std::string::npos) << source.dump();
+  EXPECT_NE(error.find("listing kept by an earlier mount"), std::string::npos) << source.dump();
   gw_->StartGateway();
 }
 
