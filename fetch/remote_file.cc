@@ -71,12 +71,16 @@ int RemoteFile::Read(uint64_t offset, size_t length, char* dst) {
   uint64_t carry;
   std::weak_ptr<RemoteFile> next;
   std::vector<Buffer> memory;  // the chunks read, when in memory
-  // A read behind a reader that went past it already (a mapping's faults arrive out of order)
-  // has its next bytes served: the data file is not read ahead for it.
+  // A read just behind a reader that went past it already (a mapping's faults arrive out of
+  // order) has its next bytes served: the data file is not read ahead for it. (A reader far
+  // ahead says nothing about this one.)
   bool read_ahead = true;
   {
     std::lock_guard lock(mu_);
-    for (const Stream& stream : streams_) read_ahead = read_ahead && stream.next <= offset + length;
+    const uint64_t end = offset + length;
+    for (const Stream& stream : streams_) {
+      if (stream.next > end && stream.next - end <= 2 * store_->chunk_size()) read_ahead = false;
+    }
     carry = FollowStreams(offset, length);
     next = next_;
     for (uint64_t chunk = first; chunk <= last; ++chunk) memory.push_back(InMemory(chunk));
