@@ -143,8 +143,8 @@ class ChunkStore {
   const uint32_t chunk_size_;
   const uint64_t chunk_count_;
   int data_fd_ = -1;
-  int direct_fd_ = -1;
-  int no_read_ahead_fd_ = -1;  // the data file opened again, with POSIX_FADV_RANDOM  // the data file opened with O_DIRECT; -1 where the filesystem refuses
+  int direct_fd_ = -1;  // the data file opened with O_DIRECT; -1 where the filesystem refuses
+  int no_read_ahead_fd_ = -1;  // the data file opened again, with POSIX_FADV_RANDOM
   std::atomic<bool> direct_{true};  // false once a direct write was refused
   int claims_fd_ = -1;
   int evict_fd_ = -1;

@@ -229,9 +229,9 @@ void Catalog::RefreshS3ListingsInBackground() {
     due.push_back(source);
   }
   if (due.empty()) return;
-  // The last refresh is over (s3_refreshing_ was cleared in its last step): joined at once.
+  // The last refresh is over (its sources' `refreshing` were cleared in its last step): joined
+  // at once.
   if (s3_refresher_.joinable()) s3_refresher_.join();
-  s3_refreshing_ = true;
   s3_refresher_ = std::thread([this, due = std::move(due)] {
     std::map<std::string, std::optional<std::vector<S3ModelRef>>> listed;
     std::map<std::string, std::string> errors;
@@ -251,8 +251,12 @@ void Catalog::RefreshS3ListingsInBackground() {
       changed = true;
     }
     if (changed) last_scan_ = {};  // the next lookup or listing sees them
-    s3_refreshing_ = false;
   });
+}
+
+bool Catalog::S3RefreshRunning() const {
+  return std::any_of(s3_listings_.begin(), s3_listings_.end(),
+                     [](const auto& entry) { return entry.second.refreshing; });
 }
 
 std::vector<Catalog::S3SourceView> Catalog::S3Sources() {
@@ -283,7 +287,7 @@ std::vector<ModelRef> Catalog::FromS3Source(const S3Uri& source) {
     S3Listing listing{now, models.value_or(std::vector<S3ModelRef>{}),
                       models && error.empty() ? WallClockNs() : 0, false, error};
     it = s3_listings_.emplace(uri, std::move(listing)).first;
-  } else if (options_.s3_rescan_interval.count() > 0 && !s3_refreshing_ &&
+  } else if (options_.s3_rescan_interval.count() > 0 && !S3RefreshRunning() &&
              std::chrono::steady_clock::now() - it->second.at >= options_.s3_rescan_interval) {
     RefreshS3ListingsInBackground();
   }

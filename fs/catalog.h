@@ -159,6 +159,8 @@ class Catalog {
   // Lists the stale sources again on a thread of its own, then installs their listings and makes
   // the next scan see them. Requires mu_.
   void RefreshS3ListingsInBackground();
+  // Whether a refresh runs (one thread for the sources it took). Requires mu_.
+  bool S3RefreshRunning() const;
   std::shared_ptr<const BuiltModel> Build(const ModelRef& ref, uint64_t file_id,
                                           std::vector<std::string>& files,
                                           const ViewCounters& counters) const;
@@ -181,7 +183,6 @@ class Catalog {
     std::string error;  // why the last listing failed; empty when it did not
   };
   std::map<std::string, S3Listing> s3_listings_;  // by source URI
-  bool s3_refreshing_ = false;  // a refresh runs (guarded by mu_)
   std::thread s3_refresher_;    // the last refresh; joined before the catalog goes
   uint64_t next_file_id_ = 2;  // 1 is the root in the FUSE namespace
 };

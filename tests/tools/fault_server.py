@@ -27,8 +27,9 @@ Modes:
 
 Control (on both ports): POST /_plan with a JSON list (replaces the data plan) or an
 object {"plan": [...], "hub_plan": [...], "then": MODE}; POST /_reset (plans, stats and
-`change` back to the start; a request answered across a reset is counted in neither); GET /_stats (JSON counts, per-request log, ranges served,
-and max_in_flight: the most data requests answered at the same time since the reset).
+`change` back to the start; a request answered across a reset is counted in neither);
+GET /_stats (JSON counts, per-request log, ranges served, and max_in_flight: the most data
+requests answered at the same time since the reset).
 
 Hub mode: a second port answers like the Hub for one repo (--repo, default fault/model)
 whose only LFS file (--path, default the file's name) is this file, plus optional small
