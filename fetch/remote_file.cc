@@ -233,7 +233,7 @@ uint64_t RemoteFile::FollowStreams(uint64_t offset, size_t length) {
     }
     most = std::clamp<uint64_t>(cache_.memory().limit() / 2 / store_->chunk_size(), 1, most);
     stream->window = std::min<uint64_t>(stream->window * 2, most);
-    ForgetPassed(offset);
+    ForgetPassed(offset, length);
   } else {
     if (streams_.size() >= kMaxStreams) {
       streams_.erase(std::min_element(streams_.begin(), streams_.end(),
@@ -248,20 +248,32 @@ uint64_t RemoteFile::FollowStreams(uint64_t offset, size_t length) {
   return ScheduleWindow(*stream);
 }
 
-void RemoteFile::ForgetPassed(uint64_t offset) {
+void RemoteFile::ForgetPassed(uint64_t offset, size_t length) {
+  const uint64_t chunk_size = store_->chunk_size();
+  if (offset + length >= blob_.size) {
+    // At our end the reader is done with us: its last chunk may be shorter than the slack below,
+    // and the one before it would never count as passed.
+    const uint64_t last = store_->chunk_count() - 1;
+    Forget(last);
+    if (last > 0) Forget(last - 1);
+    return;
+  }
   // Readahead requests arrive slightly out of order: a chunk is passed once the reader is
   // half a chunk beyond its end.
-  const uint64_t slack = store_->chunk_size() / 2;
-  if (offset < store_->chunk_size() + slack) return;
-  const uint64_t passed = store_->ChunkOf(offset - slack) - 1;
-  auto it = chunks_.find(passed);
+  const uint64_t slack = chunk_size / 2;
+  if (offset >= chunk_size + slack) Forget(store_->ChunkOf(offset - slack) - 1);
+}
+
+void RemoteFile::Forget(uint64_t chunk) {
+  auto it = chunks_.find(chunk);
   if (it == chunks_.end()) return;
   if (Buffer bytes = it->second.memory.lock()) {
     cache_.memory().Forget(bytes.get());
     // Reads of it that missed memory (out of order) read the data file, and the kernel's
     // readahead brought in pages nobody served from there: they go too.
-    store_->DropCached(passed);
+    store_->DropCached(chunk);
   }
+  // Not kept either when its storing ends later (FinishCommit).
   it->second.memory.reset();
 }
 
@@ -531,8 +543,17 @@ void RemoteFile::FinishCommit(uint64_t chunk, PendingCommit& commit) {
   }
   cache_.Release(length, /*stored=*/err == 0);
   commit.claim.reset();
-  // Kept for later readers, stored or not; never bytes of a version this process does not read.
-  if (err != ESTALE) cache_.memory().Keep(std::move(commit.bytes));
+  // Kept for later readers, stored or not; never bytes of a version this process does not read,
+  // nor those a sequential reader went past while they were being stored (ForgetPassed found
+  // nothing to forget then): kept, they would fill the budget with bytes nobody reads, and each
+  // cold read would touch all of it afresh (a page fault per 4 KiB) instead of reusing the
+  // window's buffers.
+  bool still_wanted;
+  {
+    std::lock_guard lock(mu_);
+    still_wanted = chunks_[chunk].memory.lock() == commit.bytes;
+  }
+  if (err != ESTALE && still_wanted) cache_.memory().Keep(std::move(commit.bytes));
   commit.bytes.reset();
   Finish(chunk, std::move(outcome));
 }

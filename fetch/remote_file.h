@@ -133,9 +133,11 @@ class RemoteFile final : public ByteSource, public std::enable_shared_from_this<
   // Follows the read in the streams and schedules their read-ahead; returns what is left of the
   // window for the next shard. Requires mu_.
   uint64_t FollowStreams(uint64_t offset, size_t length);
-  // A sequential reader now at `offset` is done with the chunks well behind it: their memory
-  // goes (the kernel's page cache of the mount holds what it read). Requires mu_.
-  void ForgetPassed(uint64_t offset);
+  // A sequential reader reading [offset, offset + length) is done with the chunks well behind
+  // it, and with all of them at our end: their memory goes (what it read is read). Requires mu_.
+  void ForgetPassed(uint64_t offset, size_t length);
+  // The chunk's bytes leave memory (or are not kept once stored). Requires mu_.
+  void Forget(uint64_t chunk);
   // The chunk's bytes when in memory, else null. Requires mu_.
   Buffer InMemory(uint64_t chunk);
   // Schedules the chunks of `stream`'s window; returns what runs past our end. Requires mu_.

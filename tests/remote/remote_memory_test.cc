@@ -88,6 +88,42 @@ TEST_F(RemoteMemoryTest, AWholeReadWithinTwoChunksOfMemoryIsExactAndStoresEveryC
             static_cast<double>(limit));
 }
 
+// Memory for the whole model: a sequential reader's chunks go once it is past them, also those
+// whose storing ended after it passed them (a chunk is read from memory as soon as it arrives,
+// and stored meanwhile) and the last ones of each shard. Kept, they would fill the budget with
+// bytes nobody reads again, and each cold read would touch all of it afresh (a page fault per
+// 4 KiB): a reader that read the whole model leaves nothing in memory.
+TEST_F(RemoteMemoryTest, ChunksASequentialReaderWentPastAreNotKept) {
+  SetWatchdog(180s);
+  const SourceModel& big = BigModel();
+  HubFixture& hub = StartHub("hub", {"--repo", "org/big=" + big.dir});
+  AprfsMount* mount = Mount("mnt",
+                            {"--repo", "org/big", "--cache-dir", Dir("cache"), "--no-hf-cache",
+                             "--max-memory", "256M"},
+                            Env(hub.endpoint()));
+  ASSERT_NE(mount, nullptr);
+  const std::string path = mount->Path("big.apr");
+  DropPageCache(path);
+  SequentialRead read = ReadSequentially(path);
+  ASSERT_EQ(read.error, 0) << mount->Log();
+  std::vector<std::string> problems = CheckAprBytes(read.bytes, big);
+  EXPECT_TRUE(problems.empty()) << Join(problems);
+
+  uint64_t shard_bytes = 0;
+  for (const std::string& shard : big.shards) shard_bytes += big.ShardSize(shard);
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        json m = ModelEntry(ReadStatus(*mount), "big.apr");
+        return U(m, "cached_bytes") == shard_bytes && U(m, "in_flight") == 0;
+      },
+      60s))
+      << ReadStatus(*mount).dump(2);
+  const json memory = ReadStatus(*mount)["fetcher"]["memory"];
+  EXPECT_EQ(U(memory, "kept"), 0u)
+      << "chunks already read are kept in memory (the model is " << shard_bytes
+      << " bytes): " << memory.dump();
+}
+
 TEST_F(RemoteMemoryTest, ATooSmallOrMalformedLimitIsAClearError) {
   for (const char* bad : {"1M", "lots"}) {
     ProcResult r = RunAprfs({"ls", "--repo", "org/none", "--cache-dir", Dir("cache"),
