@@ -19,9 +19,7 @@ MP=$WORK/mnt
 LOG=$WORK/aprfs.log
 PID=""
 
-now() { date +%s.%N; }
-elapsed() { echo "$2 - $1" | bc; }
-drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null || echo "(cannot drop caches: not root)" >&2; }
+source "$ROOT/bench/lib.sh"
 stop_daemon() {
   if mountpoint -q "$MP"; then "$APRFS" umount "$MP" || umount -l "$MP"; fi
   if [ -n "$PID" ]; then wait "$PID" 2>/dev/null || true; PID=""; fi
@@ -57,7 +55,7 @@ first_byte() {  # FILE -> FIRST (the median over $RUNS fresh mounts) and FIRST_R
     stop_daemon
   done
   FIRST_RUNS="${runs[*]}"
-  FIRST=$(printf '%s\n' "${runs[@]}" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
+  FIRST=$(median "${runs[@]}")
 }
 first_byte phi-4.apr; FIRST_APR=$FIRST; FIRST_APR_RUNS=$FIRST_RUNS
 first_byte phi-4.gguf; FIRST_GGUF=$FIRST; FIRST_GGUF_RUNS=$FIRST_RUNS

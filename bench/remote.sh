@@ -33,8 +33,7 @@ MP=$WORK/mnt
 REPO=bench/bench-1g
 PID=""
 
-now() { date +%s.%N; }
-elapsed() { echo "$2 - $1" | bc; }
+source "$ROOT/bench/lib.sh"
 cleanup() {
   if mountpoint -q "$MP"; then "$APRFS" umount "$MP" || umount -l "$MP"; fi
   if [ -n "$PID" ]; then wait "$PID" 2>/dev/null || true; fi
@@ -53,9 +52,6 @@ python3 "$TOOLS/hub_fixture.py" start "$WORK/hub" --repo "$REPO=$MODEL" --rate-l
 EP=$(python3 -c "import json; print(json.load(open('$WORK/fixture.json'))['endpoint'])")
 SHARDS=$(cd "$MODEL" && ls model-*.safetensors)
 BYTES=$(cd "$MODEL" && stat -c %s $SHARDS | paste -sd+ | bc)
-
-mbs() { echo "scale=1; $1 / $2 / 1000000" | bc; }
-median() { printf '%s\n' "$@" | sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
 
 # 1. curl, one stream per shard.
 CURL_S=""
