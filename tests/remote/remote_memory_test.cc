@@ -19,6 +19,22 @@ class RemoteMemoryTest : public RemoteTest {};
 
 uint64_t U(const json& object, const char* key) { return object.value(key, uint64_t{0}); }
 
+uint64_t ShardBytes(const SourceModel& model) {
+  uint64_t bytes = 0;
+  for (const std::string& shard : model.shards) bytes += model.ShardSize(shard);
+  return bytes;
+}
+
+// Waits (up to a minute) until the model's chunks are all stored and none is in flight.
+bool AllStored(AprfsMount& mount, const std::string& file, uint64_t shard_bytes) {
+  return WaitFor(
+      [&] {
+        json m = ModelEntry(ReadStatus(mount), file);
+        return U(m, "cached_bytes") == shard_bytes && U(m, "in_flight") == 0;
+      },
+      60s);
+}
+
 // Two chunks of memory for a model of nine: a whole sequential read (and a second reader at
 // random places meanwhile) gets exact bytes, the memory in use never exceeds the limit, and each
 // chunk is fetched and stored exactly once.
@@ -60,15 +76,8 @@ TEST_F(RemoteMemoryTest, AWholeReadWithinTwoChunksOfMemoryIsExactAndStoresEveryC
   EXPECT_LE(most_used.load(), limit) << "more memory in use than --max-memory";
 
   // Quiet: every chunk stored once; what is in use is what is kept for readers, within the limit.
-  uint64_t shard_bytes = 0;
-  for (const std::string& shard : big.shards) shard_bytes += big.ShardSize(shard);
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        json m = ModelEntry(ReadStatus(*mount), "big.apr");
-        return U(m, "cached_bytes") == shard_bytes && U(m, "in_flight") == 0;
-      },
-      60s))
-      << ReadStatus(*mount).dump(2);
+  const uint64_t shard_bytes = ShardBytes(big);
+  ASSERT_TRUE(AllStored(*mount, "big.apr", shard_bytes)) << ReadStatus(*mount).dump(2);
   status = ReadStatus(*mount);
   json m = ModelEntry(status, "big.apr");
   EXPECT_EQ(U(m, "bytes_fetched"), shard_bytes) << "a chunk fetched twice, or not stored";
@@ -109,15 +118,8 @@ TEST_F(RemoteMemoryTest, ChunksASequentialReaderWentPastAreNotKept) {
   std::vector<std::string> problems = CheckAprBytes(read.bytes, big);
   EXPECT_TRUE(problems.empty()) << Join(problems);
 
-  uint64_t shard_bytes = 0;
-  for (const std::string& shard : big.shards) shard_bytes += big.ShardSize(shard);
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        json m = ModelEntry(ReadStatus(*mount), "big.apr");
-        return U(m, "cached_bytes") == shard_bytes && U(m, "in_flight") == 0;
-      },
-      60s))
-      << ReadStatus(*mount).dump(2);
+  const uint64_t shard_bytes = ShardBytes(big);
+  ASSERT_TRUE(AllStored(*mount, "big.apr", shard_bytes)) << ReadStatus(*mount).dump(2);
   const json memory = ReadStatus(*mount)["fetcher"]["memory"];
   EXPECT_EQ(U(memory, "kept"), 0u)
       << "chunks already read are kept in memory (the model is " << shard_bytes
