@@ -2,7 +2,15 @@
 // it never holds more than its limit however the read-ahead runs, every chunk is still stored
 // once, and status.json and the metrics say what it holds. A bad limit is a clear error.
 
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <cctype>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "tests/integration/prometheus_check.h"
@@ -24,6 +32,56 @@ uint64_t ShardBytes(const SourceModel& model) {
   for (const std::string& shard : model.shards) bytes += model.ShardSize(shard);
   return bytes;
 }
+
+// A process's writes to the disk a folder is on, slowed down (the cgroup v1 blkio throttle) while
+// this lives: its chunks are then stored long after readers were served them from memory.
+class SlowDisk {
+ public:
+  SlowDisk(pid_t pid, const std::string& dir, uint64_t bytes_per_second)
+      : pid_(pid), error_(Throttle(dir, bytes_per_second)) {}
+  ~SlowDisk() {
+    if (group_.empty()) return;
+    Put(kRoot + "/cgroup.procs", std::to_string(pid_));  // (gone already: nothing to move)
+    ::rmdir(group_.c_str());
+  }
+  const std::string& error() const { return error_; }
+
+ private:
+  static inline const std::string kRoot = "/sys/fs/cgroup/blkio";
+  static bool Put(const std::string& path, const std::string& text) {
+    std::ofstream out(path);
+    out << text << std::flush;
+    return static_cast<bool>(out);
+  }
+  static std::string Trimmed(std::string text) {
+    while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.pop_back();
+    return text;
+  }
+  // "" once the process is in a group of its own with the throttle set; else why not.
+  std::string Throttle(const std::string& dir, uint64_t bytes_per_second) {
+    struct stat st {};
+    if (::stat(dir.c_str(), &st) != 0) return "cannot stat " + dir;
+    // The throttle takes whole disks: a partition's disk is its parent in sysfs.
+    std::string dev = std::to_string(major(st.st_dev)) + ":" + std::to_string(minor(st.st_dev));
+    const std::string sys = "/sys/dev/block/" + dev;
+    if (!std::filesystem::exists(sys + "/dev")) return dir + " is on no block device";
+    if (std::filesystem::exists(sys + "/partition")) dev = Trimmed(SlurpOrEmpty(sys + "/../dev"));
+    if (!std::filesystem::exists(kRoot + "/cgroup.procs")) return "no cgroup v1 blkio controller";
+    const std::string group =
+        kRoot + "/aprfs-test-" + std::to_string(::getpid()) + "-" + std::to_string(pid_);
+    if (::mkdir(group.c_str(), 0755) != 0) return "cannot create " + group;
+    group_ = group;
+    if (!Put(group + "/blkio.throttle.write_bps_device",
+             dev + " " + std::to_string(bytes_per_second)) ||
+        !Put(group + "/cgroup.procs", std::to_string(pid_))) {
+      return "cannot throttle " + dev + " in " + group;
+    }
+    return "";
+  }
+
+  pid_t pid_;
+  std::string group_, error_;
+};
 
 // Waits (up to a minute) until the model's chunks are all stored and none is in flight.
 bool AllStored(AprfsMount& mount, const std::string& file, uint64_t shard_bytes) {
@@ -97,26 +155,37 @@ TEST_F(RemoteMemoryTest, AWholeReadWithinTwoChunksOfMemoryIsExactAndStoresEveryC
             static_cast<double>(limit));
 }
 
-// Memory for the whole model: a sequential reader's chunks go once it is past them, also those
-// whose storing ended after it passed them (a chunk is read from memory as soon as it arrives,
-// and stored meanwhile) and the last ones of each shard. Kept, they would fill the budget with
-// bytes nobody reads again, and each cold read would touch all of it afresh (a page fault per
-// 4 KiB): a reader that read the whole model leaves nothing in memory.
+// Memory for the whole model and a slow cache disk (every chunk stored long after the reader was
+// served it from memory): a sequential reader's chunks go once it is past them, also those whose
+// storing ended after it passed them, and the last ones of each shard. Kept, they would fill the
+// budget with bytes nobody reads again, and each cold read would touch all of it afresh (a page
+// fault per 4 KiB): a reader that read the whole model leaves nothing in memory.
 TEST_F(RemoteMemoryTest, ChunksASequentialReaderWentPastAreNotKept) {
   SetWatchdog(180s);
   const SourceModel& big = BigModel();
   HubFixture& hub = StartHub("hub", {"--repo", "org/big=" + big.dir});
+  const std::string cache = Dir("cache");
   AprfsMount* mount = Mount("mnt",
-                            {"--repo", "org/big", "--cache-dir", Dir("cache"), "--no-hf-cache",
+                            {"--repo", "org/big", "--cache-dir", cache, "--no-hf-cache",
                              "--max-memory", "256M"},
                             Env(hub.endpoint()));
   ASSERT_NE(mount, nullptr);
+  // (Where the machine cannot slow the disk down, chunks are mostly stored before the reader
+  // passes them, and the rest still holds.)
+  SlowDisk slow(mount->pid(), cache, 8 << 20);  // ~1 s per chunk
+  if (!slow.error().empty()) {
+    std::fprintf(stderr, "the cache disk is not slowed down: %s\n", slow.error().c_str());
+  }
   const std::string path = mount->Path("big.apr");
   DropPageCache(path);
   SequentialRead read = ReadSequentially(path);
   ASSERT_EQ(read.error, 0) << mount->Log();
   std::vector<std::string> problems = CheckAprBytes(read.bytes, big);
   EXPECT_TRUE(problems.empty()) << Join(problems);
+  if (slow.error().empty()) {
+    EXPECT_GT(U(ModelEntry(ReadStatus(*mount), "big.apr"), "in_flight"), 0u)
+        << "every chunk was stored before the read ended: the disk was not slowed down";
+  }
 
   const uint64_t shard_bytes = ShardBytes(big);
   ASSERT_TRUE(AllStored(*mount, "big.apr", shard_bytes)) << ReadStatus(*mount).dump(2);
