@@ -75,13 +75,14 @@ int RemoteFile::Read(uint64_t offset, size_t length, char* dst) {
   // order) has its next bytes served: the data file is not read ahead for it. (A reader far
   // ahead says nothing about this one.)
   bool read_ahead = true;
+  bool sequential = false;
   {
     std::lock_guard lock(mu_);
     const uint64_t end = offset + length;
     for (const Stream& stream : streams_) {
       if (stream.next > end && stream.next - end <= 2 * store_->chunk_size()) read_ahead = false;
     }
-    carry = FollowStreams(offset, length);
+    carry = FollowStreams(offset, length, &sequential);
     next = next_;
     for (uint64_t chunk = first; chunk <= last; ++chunk) memory.push_back(InMemory(chunk));
   }
@@ -131,7 +132,11 @@ int RemoteFile::Read(uint64_t offset, size_t length, char* dst) {
     }
     if (result != 0) return result;
   }
-  return ServedVersionOk() ? 0 : EIO;
+  if (!ServedVersionOk()) return EIO;
+  // A sequential reader at our end is done with us: the chunks the slack of ForgetPassed never
+  // reaches go now that they are served (not before: this read needs them).
+  if (sequential && offset + length == blob_.size) ForgetTheEnd();
+  return 0;
 }
 
 RemoteFile::Buffer RemoteFile::InMemory(uint64_t chunk) {
@@ -211,7 +216,7 @@ int RemoteFile::AwaitChunk(uint64_t chunk, std::chrono::steady_clock::time_point
   }
 }
 
-uint64_t RemoteFile::FollowStreams(uint64_t offset, size_t length) {
+uint64_t RemoteFile::FollowStreams(uint64_t offset, size_t length, bool* sequential) {
   auto now = std::chrono::steady_clock::now();
   const uint64_t slack = store_->chunk_size();
   Stream* stream = nullptr;
@@ -222,6 +227,7 @@ uint64_t RemoteFile::FollowStreams(uint64_t offset, size_t length) {
       break;
     }
   }
+  *sequential = stream != nullptr;
   if (stream) {
     // Never more read-ahead than a quarter of the cache holds: it would evict what the reader
     // is about to read (and take the cache over its limit while the chunks arrive).
@@ -233,7 +239,7 @@ uint64_t RemoteFile::FollowStreams(uint64_t offset, size_t length) {
     }
     most = std::clamp<uint64_t>(cache_.memory().limit() / 2 / store_->chunk_size(), 1, most);
     stream->window = std::min<uint64_t>(stream->window * 2, most);
-    ForgetPassed(offset, length);
+    ForgetPassed(offset);
   } else {
     if (streams_.size() >= kMaxStreams) {
       streams_.erase(std::min_element(streams_.begin(), streams_.end(),
@@ -248,33 +254,37 @@ uint64_t RemoteFile::FollowStreams(uint64_t offset, size_t length) {
   return ScheduleWindow(*stream);
 }
 
-void RemoteFile::ForgetPassed(uint64_t offset, size_t length) {
-  const uint64_t chunk_size = store_->chunk_size();
-  if (offset + length >= blob_.size) {
-    // At our end the reader is done with us: its last chunk may be shorter than the slack below,
-    // and the one before it would never count as passed.
-    const uint64_t last = store_->chunk_count() - 1;
-    Forget(last);
-    if (last > 0) Forget(last - 1);
-    return;
-  }
+void RemoteFile::ForgetPassed(uint64_t offset) {
   // Readahead requests arrive slightly out of order: a chunk is passed once the reader is
   // half a chunk beyond its end.
-  const uint64_t slack = chunk_size / 2;
-  if (offset >= chunk_size + slack) Forget(store_->ChunkOf(offset - slack) - 1);
+  const uint64_t slack = store_->chunk_size() / 2;
+  if (offset >= store_->chunk_size() + slack) Forget(store_->ChunkOf(offset - slack) - 1);
+}
+
+void RemoteFile::ForgetTheEnd() {
+  std::lock_guard lock(mu_);
+  const uint64_t last = store_->chunk_count() - 1;
+  Forget(last);
+  if (last > 0) Forget(last - 1);
 }
 
 void RemoteFile::Forget(uint64_t chunk) {
   auto it = chunks_.find(chunk);
   if (it == chunks_.end()) return;
-  if (Buffer bytes = it->second.memory.lock()) {
+  ChunkState& state = it->second;
+  // Still being stored: readers keep the bytes from memory until the disk has them, and if the
+  // disk cannot take them (full), memory stays their only copy (FinishCommit).
+  if (state.phase == Phase::Fetching) {
+    if (!state.memory.expired()) state.forget_once_stored = true;
+    return;
+  }
+  if (Buffer bytes = state.memory.lock()) {
     cache_.memory().Forget(bytes.get());
     // Reads of it that missed memory (out of order) read the data file, and the kernel's
     // readahead brought in pages nobody served from there: they go too.
     store_->DropCached(chunk);
   }
-  // Not kept either when its storing ends later (FinishCommit).
-  it->second.memory.reset();
+  state.memory.reset();
 }
 
 uint64_t RemoteFile::ScheduleWindow(const Stream& stream) {
@@ -480,7 +490,9 @@ void RemoteFile::FetchAlone(uint64_t chunk, const Attempt* made) {
 void RemoteFile::Arrived(uint64_t chunk, const Buffer& bytes) {
   {
     std::lock_guard lock(mu_);
-    chunks_[chunk].memory = bytes;
+    ChunkState& state = chunks_[chunk];
+    state.memory = bytes;
+    state.forget_once_stored = false;
   }
   changed_.notify_all();
 }
@@ -543,17 +555,20 @@ void RemoteFile::FinishCommit(uint64_t chunk, PendingCommit& commit) {
   }
   cache_.Release(length, /*stored=*/err == 0);
   commit.claim.reset();
-  // Kept for later readers, stored or not; never bytes of a version this process does not read,
-  // nor those a sequential reader went past while they were being stored (ForgetPassed found
-  // nothing to forget then): kept, they would fill the budget with bytes nobody reads, and each
-  // cold read would touch all of it afresh (a page fault per 4 KiB) instead of reusing the
-  // window's buffers.
-  bool still_wanted;
+  // Kept for later readers, stored or not; never bytes of a version this process does not read
+  // or dropped meanwhile (DropAllChunks), nor stored ones a sequential reader went past while
+  // they were being stored (the usual order: kept, they would fill the budget with bytes nobody
+  // reads, and each cold read would touch all of it afresh, a page fault per 4 KiB).
+  bool keep;
   {
     std::lock_guard lock(mu_);
-    still_wanted = chunks_[chunk].memory.lock() == commit.bytes;
+    ChunkState& state = chunks_[chunk];
+    const bool passed = err == 0 && state.forget_once_stored;
+    keep = err != ESTALE && !passed && state.memory.lock() == commit.bytes;
+    if (passed) state.memory.reset();
+    state.forget_once_stored = false;
   }
-  if (err != ESTALE && still_wanted) cache_.memory().Keep(std::move(commit.bytes));
+  if (keep) cache_.memory().Keep(std::move(commit.bytes));
   commit.bytes.reset();
   Finish(chunk, std::move(outcome));
 }

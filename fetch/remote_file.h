@@ -123,6 +123,8 @@ class RemoteFile final : public ByteSource, public std::enable_shared_from_this<
     uint64_t rounds = 0;     // fetches of it that ended, however
     unsigned waiters = 0;    // AwaitChunk calls waiting for it now
     std::weak_ptr<ChunkMemory::Buffer> memory;  // its bytes, while ChunkMemory keeps them
+    // Forgotten while still being stored: its memory goes once the disk has it (Forget).
+    bool forget_once_stored = false;
   };
   struct Stream {
     uint64_t next = 0;       // where the next sequential read would start
@@ -131,12 +133,15 @@ class RemoteFile final : public ByteSource, public std::enable_shared_from_this<
   };
 
   // Follows the read in the streams and schedules their read-ahead; returns what is left of the
-  // window for the next shard. Requires mu_.
-  uint64_t FollowStreams(uint64_t offset, size_t length);
-  // A sequential reader reading [offset, offset + length) is done with the chunks well behind
-  // it, and with all of them at our end: their memory goes (what it read is read). Requires mu_.
-  void ForgetPassed(uint64_t offset, size_t length);
-  // The chunk's bytes leave memory (or are not kept once stored). Requires mu_.
+  // window for the next shard, and whether the read continues a stream. Requires mu_.
+  uint64_t FollowStreams(uint64_t offset, size_t length, bool* sequential);
+  // A sequential reader now at `offset` is done with the chunks well behind it: their memory
+  // goes (what it read is read). Requires mu_.
+  void ForgetPassed(uint64_t offset);
+  // A sequential reader has read up to our end: our last chunks' memory goes too.
+  void ForgetTheEnd();
+  // The chunk's bytes leave memory; while it is still being stored, once the disk has it.
+  // Requires mu_.
   void Forget(uint64_t chunk);
   // The chunk's bytes when in memory, else null. Requires mu_.
   Buffer InMemory(uint64_t chunk);
