@@ -23,7 +23,18 @@ namespace {
 using aprfs_itest::ParsePrometheusText;
 using aprfs_itest::PromParse;
 
-class RemoteMemoryTest : public RemoteTest {};
+class RemoteMemoryTest : public RemoteTest {
+ protected:
+  // The big model (3 shards of 3 chunks) from a fake Hub (hub_), mounted with `cache` and
+  // `options`.
+  AprfsMount* MountBig(const std::string& cache, const std::vector<std::string>& options) {
+    hub_ = &StartHub("hub", {"--repo", "org/big=" + BigModel().dir});
+    std::vector<std::string> args = {"--repo", "org/big", "--cache-dir", cache, "--no-hf-cache"};
+    args.insert(args.end(), options.begin(), options.end());
+    return Mount("mnt", args, Env(hub_->endpoint()));
+  }
+  HubFixture* hub_ = nullptr;
+};
 
 uint64_t U(const json& object, const char* key) { return object.value(key, uint64_t{0}); }
 
@@ -99,12 +110,8 @@ bool AllStored(AprfsMount& mount, const std::string& file, uint64_t shard_bytes)
 TEST_F(RemoteMemoryTest, AWholeReadWithinTwoChunksOfMemoryIsExactAndStoresEveryChunkOnce) {
   SetWatchdog(180s);
   const SourceModel& big = BigModel();
-  HubFixture& hub = StartHub("hub", {"--repo", "org/big=" + big.dir});
   const std::string cache = Dir("cache");
-  AprfsMount* mount = Mount("mnt",
-                            {"--repo", "org/big", "--cache-dir", cache, "--no-hf-cache",
-                             "--max-memory", "16M", "--max-connections", "4"},
-                            Env(hub.endpoint()));
+  AprfsMount* mount = MountBig(cache, {"--max-memory", "16M", "--max-connections", "4"});
   ASSERT_NE(mount, nullptr);
   const std::string path = mount->Path("big.apr");
   json status = ReadStatus(*mount);
@@ -145,7 +152,7 @@ TEST_F(RemoteMemoryTest, AWholeReadWithinTwoChunksOfMemoryIsExactAndStoresEveryC
   EXPECT_LE(U(memory, "kept"), limit) << memory.dump();
   for (const std::string& shard : big.shards) {
     std::vector<std::string> wrong =
-        CheckStoreAgainst(StoreDir(cache, hub.Sha("org/big", shard)), big.ShardPath(shard));
+        CheckStoreAgainst(StoreDir(cache, hub_->Sha("org/big", shard)), big.ShardPath(shard));
     EXPECT_TRUE(wrong.empty()) << shard << ": " << Join(wrong);
   }
   PromParse metrics = ParsePrometheusText(SlurpOrEmpty(mount->Path(".aprfs/metrics")));
@@ -163,12 +170,8 @@ TEST_F(RemoteMemoryTest, AWholeReadWithinTwoChunksOfMemoryIsExactAndStoresEveryC
 TEST_F(RemoteMemoryTest, ChunksASequentialReaderWentPastAreNotKept) {
   SetWatchdog(180s);
   const SourceModel& big = BigModel();
-  HubFixture& hub = StartHub("hub", {"--repo", "org/big=" + big.dir});
   const std::string cache = Dir("cache");
-  AprfsMount* mount = Mount("mnt",
-                            {"--repo", "org/big", "--cache-dir", cache, "--no-hf-cache",
-                             "--max-memory", "256M"},
-                            Env(hub.endpoint()));
+  AprfsMount* mount = MountBig(cache, {"--max-memory", "256M"});
   ASSERT_NE(mount, nullptr);
   // (Where the machine cannot slow the disk down, chunks are mostly stored before the reader
   // passes them, and the rest still holds.)
